@@ -1,0 +1,98 @@
+"""The one exception tree of monai-triton-ops.
+
+Misuse (the caller passed something wrong) is kept apart from the environment (a file, a server or
+a package is missing or broken), and each error also subclasses the matching built-in so that
+``except ValueError`` or ``except TimeoutError`` keeps working for callers that do not know us::
+
+    MonaiTritonError
+    ├── UsageError (ValueError)                  the caller asked for something invalid
+    │   ├── BackendSpecError                     unknown or malformed backend spec string
+    │   ├── InputValidationError                 a tensor does not match the model signature
+    │   ├── ConfigError                          invalid option, config.pbtxt or metadata
+    │   └── InputDataError                       an image, file or folder the app cannot use
+    ├── BackendStateError (RuntimeError)         used before open() or after close()
+    ├── BackendUnavailableError (ImportError)    backend not built yet, or its package missing
+    ├── ModelNotFoundError (FileNotFoundError)   model folder, version or file missing
+    ├── ModelLoadError (RuntimeError)            the model file exists but cannot be loaded
+    ├── InferenceError (RuntimeError)            the model failed while running
+    │   └── InferenceTimeoutError (TimeoutError) no answer within the deadline
+    ├── RepositoryError (RuntimeError)           the model repository cannot be written
+    └── ServerError (RuntimeError)               the local tritonserver failed
+        ├── ServerNotFoundError (FileNotFoundError)
+        ├── PortInUseError (OSError)
+        └── ServerStartError                     did not become ready; carries the log tail
+"""
+
+from __future__ import annotations
+
+
+class MonaiTritonError(Exception):
+    """Base of every error raised by monai-triton-ops."""
+
+
+class UsageError(MonaiTritonError, ValueError):
+    """The caller passed a value that can never work; fix the call."""
+
+
+class BackendSpecError(UsageError):
+    """The backend spec string is unknown or malformed."""
+
+
+class InputValidationError(UsageError):
+    """A tensor does not match the model signature (name, dtype, rank, shape, batch)."""
+
+
+class ConfigError(UsageError):
+    """An option, ``config.pbtxt`` or model metadata is invalid or contradicts the model."""
+
+
+class InputDataError(UsageError):
+    """An input image, file or folder cannot be used (empty, no series, wrong rank)."""
+
+
+class BackendStateError(MonaiTritonError, RuntimeError):
+    """A backend was used before ``open()`` or after ``close()``."""
+
+
+class BackendUnavailableError(MonaiTritonError, ImportError):
+    """The backend is not available: not built yet, or an optional package is missing."""
+
+
+class ModelNotFoundError(MonaiTritonError, FileNotFoundError):
+    """The model folder, version folder or model file does not exist."""
+
+
+class ModelLoadError(MonaiTritonError, RuntimeError):
+    """The model file exists but cannot be loaded (corrupt, not TorchScript, wrong format)."""
+
+
+class InferenceError(MonaiTritonError, RuntimeError):
+    """The model raised or returned something unusable while running."""
+
+
+class InferenceTimeoutError(InferenceError, TimeoutError):
+    """An inference did not complete within its deadline."""
+
+
+class RepositoryError(MonaiTritonError, RuntimeError):
+    """A model repository entry cannot be written (exists, unsafe name, failed check)."""
+
+
+class ServerError(MonaiTritonError, RuntimeError):
+    """The local Triton server failed."""
+
+
+class ServerNotFoundError(ServerError, FileNotFoundError):
+    """No ``tritonserver`` binary was found."""
+
+
+class PortInUseError(ServerError, OSError):
+    """A requested port is already bound by another process."""
+
+
+class ServerStartError(ServerError):
+    """The server exited or did not become ready in time; the message carries its log tail."""
+
+    def __init__(self, message: str, *, log_tail: str = "") -> None:
+        super().__init__(f"{message}\n--- tritonserver log tail ---\n{log_tail}" if log_tail else message)
+        self.log_tail = log_tail

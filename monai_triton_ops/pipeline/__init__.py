@@ -1,0 +1,6 @@
+"""The data flow shared by every backend: transforms, inferer, predictor."""
+
+from .run import InferenceSettings as InferenceSettings
+from .run import run_inference as run_inference
+
+__all__ = ["InferenceSettings", "run_inference"]

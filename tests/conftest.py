@@ -1,0 +1,92 @@
+"""Shared fixtures: small real TorchScript models in real model repositories."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from monai.data import save_net_with_metadata
+from monai.networks.nets import UNet
+
+
+def nd_format(
+    inputs: dict[str, tuple[int, list[Any], str]], outputs: dict[str, tuple[int, list[Any], str]]
+) -> dict[str, Any]:
+    """MONAI ``network_data_format`` from ``{name: (channels, spatial_shape, dtype)}``."""
+
+    def one(desc: tuple[int, list[Any], str]) -> dict[str, Any]:
+        channels, spatial, dtype = desc
+        return {"num_channels": channels, "spatial_shape": spatial, "dtype": dtype}
+
+    return {
+        "network_data_format": {
+            "inputs": {k: one(v) for k, v in inputs.items()},
+            "outputs": {k: one(v) for k, v in outputs.items()},
+        }
+    }
+
+
+def save_model(module: torch.nn.Module, path: Path, meta: dict[str, Any] | None) -> Path:
+    """Script ``module`` and write it with MONAI metadata (``None``: plain TorchScript)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scripted = torch.jit.script(module.eval())
+    if meta is None:
+        scripted.save(str(path))
+        return path
+    save_net_with_metadata(scripted, str(path.with_suffix("")), meta_values=meta)
+    os.replace(path.with_suffix(".ts"), path)
+    return path
+
+
+def tiny_unet() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return UNet(spatial_dims=3, in_channels=1, out_channels=3, channels=(4, 8), strides=(2,), num_res_units=1)
+
+
+UNET_META = nd_format({"image": (1, ["2*n"] * 3, "float32")}, {"pred": (3, ["2*n"] * 3, "float32")})
+
+
+class TwoInTwoOut(torch.nn.Module):
+    """Float and int64 in; float and bool out: names, dtypes and tuple outputs in one model."""
+
+    def forward(self, image: torch.Tensor, offset: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        shifted = image + offset.to(image.dtype).view(-1, 1, 1, 1)
+        return shifted * 2.0, shifted > 0
+
+
+TWO_META = nd_format(
+    {"image": (2, [-1, -1], "float32"), "offset": (1, [], "int64")},
+    {"doubled": (2, [-1, -1], "float32"), "positive": (2, [-1, -1], "bool")},
+)
+
+
+class DictOut(torch.nn.Module):
+    """A dict output with keys that are not in signature order."""
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"probs": torch.softmax(x, dim=1), "labels": torch.argmax(x, dim=1, keepdim=True).to(torch.uint8)}
+
+
+DICT_META = nd_format({"x": (3, ["*"] * 2, "float32")}, {"probs": (3, ["*"] * 2, "float32"), "labels": (1, ["*"] * 2, "uint8")})
+
+
+@pytest.fixture
+def make_repo(tmp_path: Path) -> Callable[..., Path]:
+    """``make_repo(name, module, meta, versions=(1,))`` -> repository folder holding that model."""
+    repo = tmp_path / "repo"
+
+    def make(name: str, module: torch.nn.Module, meta: dict[str, Any] | None, versions: tuple[int, ...] = (1,)) -> Path:
+        for version in versions:
+            save_model(module, repo / name / str(version) / "model.pt", meta)
+        return repo
+
+    return make
+
+
+@pytest.fixture
+def unet_repo(make_repo: Callable[..., Path]) -> Path:
+    return make_repo("unet", tiny_unet(), UNET_META)
