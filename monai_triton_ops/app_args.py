@@ -29,8 +29,7 @@ def backend_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--backend",
         metavar="SPEC",
-        help=f"where the model runs: torch (default), triton, grpc://HOST:PORT, http://HOST:PORT "
-        f"(env {ENV_BACKEND})",
+        help=f"where the model runs: torch (default), triton, grpc://HOST:PORT, http://HOST:PORT (env {ENV_BACKEND})",
     )
     return parser
 
@@ -41,7 +40,9 @@ def split_backend_args(argv: Sequence[str]) -> tuple[str | None, list[str]]:
     return known.backend, [argv[0], *rest] if argv else rest
 
 
-def resolve_backend(cli: str | None, *, default: str = DEFAULT_BACKEND, environ: Mapping[str, str] | None = None) -> str:
+def resolve_backend(
+    cli: str | None, *, default: str = DEFAULT_BACKEND, environ: Mapping[str, str] | None = None
+) -> str:
     """Command line first, then the environment, then the app's default; the result is validated."""
     env = os.environ if environ is None else environ
     spec = cli or env.get(ENV_BACKEND) or default

@@ -70,9 +70,7 @@ def dtype_to_torch(dtype: str) -> torch.dtype:
 
 def dtype_of(value: Any) -> str:
     """Triton wire dtype of a numpy/torch array or dtype, or of a MONAI metadata name like 'float32'."""
-    if isinstance(value, torch.Tensor):
-        value = value.dtype
-    elif isinstance(value, np.ndarray):
+    if isinstance(value, (torch.Tensor, np.ndarray)):
         value = value.dtype
     if isinstance(value, torch.dtype):
         if value in _FROM_TORCH:

@@ -32,7 +32,7 @@ def validate_inputs(signature: ModelSignature, inputs: Mapping[str, Any]) -> Non
     for spec in signature.inputs:
         _validate_tensor(signature, spec, inputs[spec.name])
         if signature.max_batch_size > 0:
-            batch_sizes[spec.name] = tuple(inputs[spec.name].shape)[0]
+            batch_sizes[spec.name] = next(iter(inputs[spec.name].shape))
     if len(set(batch_sizes.values())) > 1:
         raise InputValidationError(f"model {model!r}: inputs have different batch sizes {batch_sizes}")
 
@@ -56,9 +56,7 @@ def _validate_tensor(signature: ModelSignature, spec: TensorSpec, value: Any) ->
                 f"{where}: expected shape {list(expected)}, got {list(actual)} (dim {axis}: expected {want}, got {got})"
             )
     if signature.max_batch_size > 0 and actual[0] > signature.max_batch_size:
-        raise InputValidationError(
-            f"{where}: batch size {actual[0]} exceeds max_batch_size {signature.max_batch_size}"
-        )
+        raise InputValidationError(f"{where}: batch size {actual[0]} exceeds max_batch_size {signature.max_batch_size}")
 
 
 def _dtype_name(value: Any) -> str:

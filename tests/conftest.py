@@ -71,7 +71,9 @@ class DictOut(torch.nn.Module):
         return {"probs": torch.softmax(x, dim=1), "labels": torch.argmax(x, dim=1, keepdim=True).to(torch.uint8)}
 
 
-DICT_META = nd_format({"x": (3, ["*"] * 2, "float32")}, {"probs": (3, ["*"] * 2, "float32"), "labels": (1, ["*"] * 2, "uint8")})
+DICT_META = nd_format(
+    {"x": (3, ["*"] * 2, "float32")}, {"probs": (3, ["*"] * 2, "float32"), "labels": (1, ["*"] * 2, "uint8")}
+)
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any, Protocol, TypeAlias, runtime_checkable
+from typing import Any, Protocol, TypeAlias, overload, runtime_checkable
 
 import numpy as np
 import torch
@@ -83,7 +83,7 @@ class BaseBackend(ABC):
     def _infer(self, inputs: dict[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
         """Run one validated request; tensors are torch, outputs keyed by signature names."""
 
-    def _close(self) -> None:
+    def _close(self) -> None:  # noqa: B027 - optional hook; most backends hold nothing to release
         """Release what ``_open`` acquired."""
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -148,6 +148,10 @@ class BaseBackend(ABC):
         self._check_outputs(outputs)
         return {spec.name: _like(outputs[spec.name], first) for spec in signature.outputs}
 
+    @overload
+    def __call__(self, data: torch.Tensor) -> torch.Tensor: ...
+    @overload
+    def __call__(self, data: np.ndarray) -> np.ndarray: ...
     def __call__(self, data: ArrayLike) -> ArrayLike:
         """MONAI predictor: one tensor in, one tensor out, for ``SimpleInferer`` and sliding window."""
         signature = self.signature
@@ -165,7 +169,8 @@ class BaseBackend(ABC):
         expected = set(signature.output_names)
         if set(outputs) != expected:
             raise InferenceError(
-                f"model {signature.name!r} returned outputs {sorted(outputs)}, its signature declares {sorted(expected)}"
+                f"model {signature.name!r} returned outputs {sorted(outputs)}, "
+                f"its signature declares {sorted(expected)}"
             )
         for spec in signature.outputs:
             actual = dtype_of(outputs[spec.name])

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -124,7 +124,8 @@ def create_backend(
     _check_options(cls, merged, parsed.scheme)
     if parsed.url is not None:
         merged.setdefault("url", parsed.url)
-    return cls(model_repository=model_repository, model_name=model_name, version=version, **merged)
+    factory: Callable[..., BaseBackend] = cls  # subclasses add keyword-only options of their own
+    return factory(model_repository=model_repository, model_name=model_name, version=version, **merged)
 
 
 def _known() -> str:
@@ -176,7 +177,9 @@ def _typed_options(cls: type[BaseBackend], raw: Mapping[str, str], spec: str) ->
         try:
             typed[name] = _convert(text, default)
         except ValueError as exc:
-            raise ConfigError(f"backend spec {spec!r}: option {name}={text!r} is not a {type(default).__name__}") from exc
+            raise ConfigError(
+                f"backend spec {spec!r}: option {name}={text!r} is not a {type(default).__name__}"
+            ) from exc
     return typed
 
 

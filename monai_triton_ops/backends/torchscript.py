@@ -114,7 +114,7 @@ def _device(device: str) -> torch.device:
 
 def _load(path: Path, device: torch.device, name: str) -> torch.jit.ScriptModule:
     try:
-        module = torch.jit.load(str(path), map_location=device)
+        module: torch.jit.ScriptModule = torch.jit.load(str(path), map_location=device)  # type: ignore[no-untyped-call]
     except Exception as exc:  # torch raises RuntimeError, ValueError or zip errors for a bad file
         raise ModelLoadError(f"model {name!r}: {str(path)!r} is not a loadable TorchScript file: {exc}") from exc
     module.eval()

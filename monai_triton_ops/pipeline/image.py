@@ -21,9 +21,7 @@ from ..errors import InputDataError
 AFFINE_KEYS = ("affine", "nifti_affine_transform")
 
 
-def to_channel_first(
-    array: np.ndarray, metadata: Mapping[str, Any], *, spatial_rank: int, model: str
-) -> MetaTensor:
+def to_channel_first(array: np.ndarray, metadata: Mapping[str, Any], *, spatial_rank: int, model: str) -> MetaTensor:
     """``(D, H, W)`` or ``(D, H, W, C)`` -> ``(C, W, H, D)`` MetaTensor carrying the affine."""
     data = np.asarray(array)
     if data.size == 0:

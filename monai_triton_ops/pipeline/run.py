@@ -102,7 +102,7 @@ def _inferer(settings: InferenceSettings) -> SimpleInferer | SlidingWindowInfere
     if settings.inferer == "simple":
         return SimpleInferer()
     return SlidingWindowInferer(
-        roi_size=settings.roi_size,
+        roi_size=settings.roi_size or (),
         sw_batch_size=settings.sw_batch_size,
         overlap=settings.overlap,
         mode=settings.mode,

@@ -59,10 +59,10 @@ def parse_metadata_text(text: str | bytes, *, source: str) -> dict[str, Any] | N
 def forward_input_names(module: torch.jit.ScriptModule) -> list[str]:
     """Argument names of ``forward`` (without ``self``), as the TorchScript schema records them."""
     try:
-        arguments = module.forward.schema.arguments
+        arguments = module.forward.schema.arguments  # type: ignore[attr-defined]
     except (AttributeError, RuntimeError):
         return []
-    return [a.name for a in arguments if a.name != "self"]
+    return [str(a.name) for a in arguments if a.name != "self"]
 
 
 def input_names(count: int, schema_names: Sequence[str] = ()) -> list[str]:

@@ -33,7 +33,9 @@ def _torch(repo: Path, name: str, module: torch.nn.Module, meta: dict) -> BaseBa
 def _mock(repo: Path, name: str, module: torch.nn.Module, meta: dict) -> BaseBackend:
     """The model runs eagerly in Python: the double for what a backend does with it."""
     scripted = torch.jit.load(str(repo / name / "1" / "model.pt"))
-    signature = signature_from_metadata(name, meta, schema_names=[a.name for a in scripted.forward.schema.arguments][1:])
+    signature = signature_from_metadata(
+        name, meta, schema_names=[a.name for a in scripted.forward.schema.arguments][1:]
+    )
 
     def run(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         with torch.inference_mode():
@@ -72,7 +74,8 @@ def test_signature_names_inputs_and_outputs(unet) -> None:
     backend, _ = unet
     sig = backend.signature
     assert sig.name == "unet"
-    assert sig.inputs[0].dtype == "FP32" and sig.inputs[0].shape == (-1, 1, -1, -1, -1)
+    assert sig.inputs[0].dtype == "FP32"
+    assert sig.inputs[0].shape == (-1, 1, -1, -1, -1)
     assert sig.outputs[0].shape == (-1, 3, -1, -1, -1)
     assert sig.metadata["network_data_format"]["outputs"]["pred"]["num_channels"] == 3
 
@@ -82,7 +85,8 @@ def test_numpy_in_numpy_out_equal_to_the_model(unet) -> None:
     x = _image(2, 1, 8, 8, 8)
     out = backend.infer({backend.signature.inputs[0].name: x})
     (name,) = out
-    assert isinstance(out[name], np.ndarray) and out[name].dtype == np.float32
+    assert isinstance(out[name], np.ndarray)
+    assert out[name].dtype == np.float32
     with torch.inference_mode():
         expected = module(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(out[name], expected, rtol=1e-5, atol=1e-5)
@@ -91,7 +95,9 @@ def test_numpy_in_numpy_out_equal_to_the_model(unet) -> None:
 def test_torch_in_torch_out_on_the_callers_device(unet) -> None:
     backend, _ = unet
     y = backend(torch.from_numpy(_image(1, 1, 8, 8, 8)))
-    assert isinstance(y, torch.Tensor) and y.device.type == "cpu" and tuple(y.shape) == (1, 3, 8, 8, 8)
+    assert isinstance(y, torch.Tensor)
+    assert y.device.type == "cpu"
+    assert tuple(y.shape) == (1, 3, 8, 8, 8)
 
 
 def test_is_a_monai_predictor_for_simple_and_sliding_window(unet) -> None:
@@ -111,7 +117,8 @@ def test_two_inputs_two_outputs_of_different_dtypes(two) -> None:
     image, offset = _image(3, 2, 4, 5), np.array([[1], [-2], [3]], dtype=np.int64)
     out = backend.infer(dict(zip(sig.input_names, (image, offset), strict=True)))
     doubled, positive = (out[n] for n in sig.output_names)
-    assert doubled.dtype == np.float32 and positive.dtype == np.bool_
+    assert doubled.dtype == np.float32
+    assert positive.dtype == np.bool_
     expected = module(torch.from_numpy(image), torch.from_numpy(offset))
     np.testing.assert_array_equal(doubled, expected[0].numpy())
     np.testing.assert_array_equal(positive, expected[1].numpy())
