@@ -1,0 +1,48 @@
+# Two commands do all set-up on a fresh machine: `make demo` (the sample app on real data, every
+# available backend) and `make test` (lint, format check, types, then every test with coverage).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+PYTEST := $(PY) -m pytest
+
+.PHONY: setup demo test test-fast lint format-check format typecheck pytest bench clean
+
+setup: $(STAMP)
+
+# Reinstalls only when the project's requirements change; a second run starts in seconds.
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e '.[apps,test]'
+	# Only the Triton server files inside this wheel are used; it pins numpy<2, hence --no-deps.
+	$(PY) -m pip install -q --no-deps nvidia-pytriton==0.7.0
+	touch $(STAMP)
+
+demo: setup
+	$(PY) apps/brain_tissue_seg/demo.py
+
+test: setup lint format-check typecheck pytest
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+format-check: setup
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+typecheck: setup
+	$(VENV)/bin/mypy
+
+pytest: setup
+	$(PYTEST) --cov --cov-report=term-missing
+
+# No real server, no app runs: the quick loop while editing.
+test-fast: setup
+	$(PYTEST) -m "not slow and not triton"
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage output

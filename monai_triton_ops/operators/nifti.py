@@ -1,0 +1,99 @@
+"""NIfTI in and out as App SDK ``Image`` objects with their affine.
+
+The App SDK's own ``NiftiDataLoader`` emits a bare array without the affine, so a NIfTI output
+could not keep the input's geometry. These operators use the same conventions as the App SDK's
+DICOM series-to-volume operator: the array in ``(D, H, W)`` order and the voxel-to-RAS affine
+under ``affine`` / ``nifti_affine_transform``, so one inference operator serves both paths.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import nibabel as nib
+import numpy as np
+from monai.deploy.core import Fragment, Image, OperatorSpec
+from monai.deploy.core import Operator as SdkOperator
+
+from ..errors import InputDataError
+from ..pipeline.image import affine_of
+from ..pipeline.inputs import NIFTI_SUFFIXES
+
+logger = logging.getLogger(__name__)
+
+
+
+def is_nifti(path: Path) -> bool:
+    return path.name.endswith(NIFTI_SUFFIXES)
+
+
+def read_nifti(path: Path) -> Image:
+    """A NIfTI file as an App SDK ``Image``: ``(D, H, W)`` float32 array plus affine and spacing."""
+    if not path.is_file() or not is_nifti(path):
+        raise InputDataError(f"{str(path)!r} is not a NIfTI file (.nii or .nii.gz)")
+    try:
+        volume = nib.load(str(path))
+        data = np.asarray(volume.dataobj, dtype=np.float32)
+    except Exception as exc:  # nibabel raises many types for damaged files
+        raise InputDataError(f"{str(path)!r} cannot be read as NIfTI: {exc}") from exc
+    affine = np.asarray(volume.affine, dtype=np.float64)
+    spacing = np.sqrt((affine[:3, :3] ** 2).sum(axis=0))
+    metadata = {
+        "affine": affine,
+        "nifti_affine_transform": affine,
+        "row_pixel_spacing": float(spacing[0]),
+        "col_pixel_spacing": float(spacing[1]),
+        "depth_pixel_spacing": float(spacing[2]),
+        "source_path": str(path),
+    }
+    return Image(np.ascontiguousarray(data.T), metadata=metadata)
+
+
+def write_nifti(image: Image, path: Path, *, dtype: np.dtype[Any] | type = np.uint8) -> Path:
+    """Write ``image`` (``(D, H, W)`` order) with its affine; atomic, so no half-written file is left."""
+    data = np.asarray(image.asnumpy()).T.astype(dtype)
+    affine = affine_of(image.metadata() or {})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix="".join(path.suffixes))
+    os.close(fd)
+    try:
+        nib.save(nib.Nifti1Image(data, np.eye(4) if affine is None else affine), tmp)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    logger.info("wrote %s %s", path, data.shape)
+    return path
+
+
+class NiftiImageLoader(SdkOperator):  # type: ignore[misc]
+    """Emits the NIfTI file at ``input_path`` as an ``Image`` on port ``image``."""
+
+    def __init__(self, fragment: Fragment, *args: Any, input_path: Path, **kwargs: Any) -> None:
+        self.input_path = Path(input_path)
+        super().__init__(fragment, *args, **kwargs)
+
+    def setup(self, spec: OperatorSpec) -> None:
+        spec.output("image")
+
+    def compute(self, op_input: Any, op_output: Any, context: Any) -> None:
+        op_output.emit(read_nifti(self.input_path), "image")
+
+
+class NiftiImageWriter(SdkOperator):  # type: ignore[misc]
+    """Writes the ``Image`` on port ``seg_image`` to ``output_folder/filename`` with its affine."""
+
+    def __init__(
+        self, fragment: Fragment, *args: Any, output_folder: Path, filename: str = "seg.nii.gz", **kwargs: Any
+    ) -> None:
+        self.output_path = Path(output_folder) / filename
+        super().__init__(fragment, *args, **kwargs)
+
+    def setup(self, spec: OperatorSpec) -> None:
+        spec.input("seg_image")
+
+    def compute(self, op_input: Any, op_output: Any, context: Any) -> None:
+        write_nifti(op_input.receive("seg_image"), self.output_path)
