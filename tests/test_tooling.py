@@ -25,7 +25,9 @@ def _run(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
 def scratch(tmp_path: Path) -> Path:
     """A copy of the package and the configuration, free to break."""
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    shutil.copytree(ROOT / "monai_triton_ops", tmp_path / "monai_triton_ops", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ROOT / "monai_triton_ops", tmp_path / "monai_triton_ops", ignore=shutil.ignore_patterns("__pycache__")
+    )
     return tmp_path
 
 
@@ -48,7 +50,7 @@ def test_ruff_format_check_fails_badly_formatted_code(scratch: Path) -> None:
 def test_mypy_fails_a_wrong_type_on_a_public_function(scratch: Path) -> None:
     target = scratch / "monai_triton_ops" / "signature.py"
     text = target.read_text()
-    broken = text.replace('def triton_dtypes() -> tuple[str, ...]:', 'def triton_dtypes() -> list[int]:')
+    broken = text.replace("def triton_dtypes() -> tuple[str, ...]:", "def triton_dtypes() -> list[int]:")
     assert broken != text
     target.write_text(broken)
     result = _run(BIN / "mypy", "--cache-dir", scratch / ".mypy_cache", cwd=scratch)

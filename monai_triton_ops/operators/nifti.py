@@ -26,7 +26,6 @@ from ..pipeline.inputs import NIFTI_SUFFIXES
 logger = logging.getLogger(__name__)
 
 
-
 def is_nifti(path: Path) -> bool:
     return path.name.endswith(NIFTI_SUFFIXES)
 
@@ -37,7 +36,11 @@ def read_nifti(path: Path) -> Image:
         raise InputDataError(f"{str(path)!r} is not a NIfTI file (.nii or .nii.gz)")
     try:
         volume = nib.load(str(path))
+        if not isinstance(volume, nib.Nifti1Image | nib.Nifti2Image):
+            raise InputDataError(f"{str(path)!r} is a {type(volume).__name__}, not a NIfTI image")
         data = np.asarray(volume.dataobj, dtype=np.float32)
+    except InputDataError:
+        raise
     except Exception as exc:  # nibabel raises many types for damaged files
         raise InputDataError(f"{str(path)!r} cannot be read as NIfTI: {exc}") from exc
     affine = np.asarray(volume.affine, dtype=np.float64)
@@ -60,8 +63,10 @@ def write_nifti(image: Image, path: Path, *, dtype: np.dtype[Any] | type = np.ui
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix="".join(path.suffixes))
     os.close(fd)
+    os.chmod(tmp, 0o644)  # mkstemp makes owner-only files; outputs are for the whole team
     try:
-        nib.save(nib.Nifti1Image(data, np.eye(4) if affine is None else affine), tmp)
+        volume = nib.Nifti1Image(data, np.eye(4) if affine is None else affine)  # type: ignore[no-untyped-call]
+        nib.save(volume, tmp)
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)

@@ -1,0 +1,208 @@
+"""Lay out one model in a Triton model repository, all or nothing.
+
+``<repo>/<name>/config.pbtxt`` and ``<repo>/<name>/<version>/model.pt`` (+ the runner ``model.py``
+for the python flavour) are written into a hidden temporary folder next to the target, checked by
+parsing ``config.pbtxt`` back, and only then renamed into place. A failure at any step removes the
+temporary folder and leaves the repository as it was; ``force`` swaps an existing entry out the
+same way, so readers never see half of an entry.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from ..errors import ConfigError, RepositoryError
+from ..signature import ModelSignature
+from . import layout
+from .config import (
+    ConfigOptions,
+    DynamicBatching,
+    InstanceGroup,
+    VersionPolicy,
+    check_libtorch_names,
+    options_from_config,
+    parse_config,
+    render_config,
+    signature_from_config,
+)
+from .describe import ModelDescription, describe_model
+
+logger = logging.getLogger(__name__)
+
+RUNNER = Path(__file__).parent / "runner" / "model.py"
+RUNNER_FILENAME = "model.py"
+
+
+def generate_config(
+    model_path: str | Path,
+    name: str,
+    *,
+    flavor: str = "python",
+    input_shapes: Sequence[Sequence[int]] | None = None,
+    input_dtypes: Sequence[str] | None = None,
+    max_batch_size: int = 0,
+    bundle_metadata: str | Path | None = None,
+    dynamic_batching: DynamicBatching | None = None,
+    instance_groups: Sequence[InstanceGroup] = (),
+    version_policy: VersionPolicy | None = None,
+) -> tuple[ModelSignature, ConfigOptions, str]:
+    """Describe ``model_path`` and render the ``config.pbtxt`` that serves it as model ``name``.
+
+    Returns the signature, the options and the checked text (it parses back to both).
+    """
+    layout.check_model_name(name)
+    options = ConfigOptions(
+        flavor=flavor,
+        dynamic_batching=dynamic_batching,
+        instance_groups=tuple(instance_groups),
+        version_policy=version_policy,
+    )
+    description = describe_model(
+        model_path,
+        name,
+        input_shapes=input_shapes,
+        input_dtypes=input_dtypes,
+        bundle_metadata=bundle_metadata,
+        max_batch_size=max_batch_size,
+    )
+    _check_servable(description, options)
+    text = render_config(description.signature, options)
+    check_config_text(text, description.signature, options)
+    return description.signature, options, text
+
+
+def build_repository(
+    model_path: str | Path,
+    repository: str | Path,
+    name: str,
+    *,
+    flavor: str = "python",
+    input_shapes: Sequence[Sequence[int]] | None = None,
+    input_dtypes: Sequence[str] | None = None,
+    max_batch_size: int = 0,
+    version: int = 1,
+    force: bool = False,
+    bundle_metadata: str | Path | None = None,
+    dynamic_batching: DynamicBatching | None = None,
+    instance_groups: Sequence[InstanceGroup] = (),
+    version_policy: VersionPolicy | None = None,
+) -> Path:
+    """Write model ``name`` into ``repository`` from the TorchScript file ``model_path``; returns its folder.
+
+    An existing ``<repository>/<name>`` is replaced (all its versions) only with ``force=True``.
+    """
+    layout.check_model_name(name)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ConfigError(f"model {name!r}: version must be an integer >= 1, got {version!r}")
+    repo = _repository_folder(repository)
+    target = repo / name
+    _check_free(target, name, force)
+    signature, options, text = generate_config(
+        model_path,
+        name,
+        flavor=flavor,
+        input_shapes=input_shapes,
+        input_dtypes=input_dtypes,
+        max_batch_size=max_batch_size,
+        bundle_metadata=bundle_metadata,
+        dynamic_batching=dynamic_batching,
+        instance_groups=instance_groups,
+        version_policy=version_policy,
+    )
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{name}.staging-", dir=repo))
+    except OSError as exc:
+        raise RepositoryError(f"cannot write into model repository {str(repo)!r}: {exc}") from exc
+    try:
+        _write_entry(staging, Path(model_path), text, version, options)
+        check_config_text((staging / layout.CONFIG_FILENAME).read_text(encoding="utf-8"), signature, options)
+        _swap_in(staging, target, name, force)
+    except OSError as exc:
+        raise RepositoryError(f"cannot write model {name!r} into {str(repo)!r}: {exc}") from exc
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    logger.info("wrote model %r version %d (%s flavour) to %s", name, version, options.flavor, target)
+    return target
+
+
+def check_config_text(text: str, signature: ModelSignature, options: ConfigOptions) -> None:
+    """Raise ``RepositoryError`` unless ``text`` parses back to exactly ``signature`` and ``options``."""
+    config = parse_config(text, source=f"generated config of {signature.name!r}", name=signature.name)
+    parsed = (signature_from_config(config), options_from_config(config))
+    expected = (replace(signature, version=None), options)
+    if parsed != expected:
+        raise RepositoryError(
+            f"model {signature.name!r}: the generated config.pbtxt does not parse back to what was generated "
+            f"(expected {expected}, got {parsed})"
+        )
+
+
+def _check_servable(description: ModelDescription, options: ConfigOptions) -> None:
+    signature = description.signature
+    if description.model_format != "torchscript":
+        raise ConfigError(
+            f"model {signature.name!r}: a repository entry needs TorchScript, got a {description.model_format} file; "
+            "export the network with torch.jit.script/trace (monai.data.save_net_with_metadata keeps its metadata)"
+        )
+    if options.flavor == "libtorch":
+        check_libtorch_names(signature, description.argument_names)
+
+
+def _repository_folder(repository: str | Path) -> Path:
+    repo = Path(repository)
+    if repo.exists() and not repo.is_dir():
+        raise RepositoryError(f"model repository {str(repo)!r} exists and is not a folder")
+    try:
+        repo.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RepositoryError(f"cannot create model repository {str(repo)!r}: {exc}") from exc
+    return repo
+
+
+def _check_free(target: Path, name: str, force: bool) -> None:
+    if (target.exists() or target.is_symlink()) and not force:
+        raise RepositoryError(
+            f"model {name!r} already exists in repository {str(target.parent)!r}; pass --force (force=True) "
+            "to replace it"
+        )
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        raise RepositoryError(f"{str(target)!r} is not a model folder; remove it by hand")
+
+
+def _write_entry(folder: Path, model_path: Path, text: str, version: int, options: ConfigOptions) -> None:
+    version_dir = folder / str(version)
+    version_dir.mkdir()
+    (folder / layout.CONFIG_FILENAME).write_text(text, encoding="utf-8")
+    shutil.copyfile(model_path, version_dir / options.model_filename)
+    if options.flavor == "python":
+        shutil.copyfile(RUNNER, version_dir / RUNNER_FILENAME)
+
+
+def _swap_in(staging: Path, target: Path, name: str, force: bool) -> None:
+    """Rename ``staging`` to ``target``; an existing target is moved aside first and restored on failure."""
+    _check_free(target, name, force)
+    if not target.exists():
+        _rename(staging, target, name)
+        return
+    retired = Path(tempfile.mkdtemp(prefix=f".{name}.retired-", dir=target.parent))
+    os.replace(target, retired / name)
+    try:
+        _rename(staging, target, name)
+    except RepositoryError:
+        os.replace(retired / name, target)  # put the old entry back before reporting
+        retired.rmdir()
+        raise
+    shutil.rmtree(retired, ignore_errors=True)
+
+
+def _rename(source: Path, target: Path, name: str) -> None:
+    try:
+        os.rename(source, target)
+    except OSError as exc:
+        raise RepositoryError(f"cannot move model {name!r} into place at {str(target)!r}: {exc}") from exc

@@ -1,0 +1,203 @@
+"""A model file -> its ``ModelSignature``, from the best source there is.
+
+The order, most authoritative first:
+
+1. MONAI ``metadata.json`` inside the model file (TorchScript extra files, or a ``.pt2`` archive);
+2. a MONAI bundle's ``configs/metadata.json`` given by the caller;
+3. probing: running the model on example inputs of the shapes the caller gives.
+
+Metadata is never trusted blindly: when it (or the caller) implies a concrete input shape, one small
+run checks it against the model, so a wrong channel count, output count or dtype fails here.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..signature import ModelSignature, dtype_of
+from .metadata import example_shapes, network_format, output_names, read_bundle_metadata, signature_from_metadata
+from .probe import LoadedModel, Shape, check_input_count, load_model, probe_signature, verify_signature
+
+logger = logging.getLogger(__name__)
+
+#: Values tried for the symbols of "16*n"-style metadata shapes when checking metadata against the model.
+_SYMBOL_VALUES = (1, 2, 4)
+#: Larger candidates are skipped beyond this many input elements (64**3), to keep checks quick on a CPU.
+_PROBE_ELEMENTS = 64**3
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelDescription:
+    """A model's signature, where it came from, and whether a run confirmed it."""
+
+    signature: ModelSignature
+    source: str  # "model metadata", "bundle metadata" or "probe"
+    model_format: str  # "torchscript" or "pt2"
+    argument_names: tuple[str, ...]  # forward() arguments: the names libtorch accepts for inputs
+    verified: bool  # the model ran on a concrete shape and matched the signature
+
+
+def describe_model(
+    model_path: str | Path,
+    name: str,
+    *,
+    input_shapes: Sequence[Sequence[int]] | None = None,
+    input_dtypes: Sequence[str] | None = None,
+    bundle_metadata: str | Path | None = None,
+    max_batch_size: int = 0,
+    version: int | None = None,
+) -> ModelDescription:
+    """Describe the model in ``model_path`` (TorchScript or ``.pt2``) under the model name ``name``.
+
+    ``input_shapes`` are full example shapes, batch dim first (e.g. ``(1, 1, 96, 96, 96)``), one per
+    ``forward`` argument; ``input_dtypes`` default to float32. Both are needed only when there is
+    no metadata, and are checked against the metadata when there is.
+    """
+    if max_batch_size < 0:
+        raise ConfigError(f"model {name!r}: max_batch_size must be >= 0, got {max_batch_size}")
+    model = load_model(model_path, name)
+    shapes = _shapes(name, input_shapes)
+    dtypes = _dtypes(name, input_dtypes, shapes)
+    meta, source = _metadata(model, name, bundle_metadata)
+    if meta is None:
+        return _probe(model, name, shapes, dtypes, max_batch_size, version)
+    signature = signature_from_metadata(
+        name, meta, schema_names=model.argument_names, version=version, max_batch_size=max_batch_size
+    )
+    check_input_count(model, name, len(signature.inputs), source)
+    if dtypes is not None:
+        _check_dtypes(signature, dtypes)
+    candidates = [_check_shapes(signature, shapes)] if shapes is not None else _candidates(name, meta)
+    verified = bool(candidates)
+    if candidates:
+        where = "--input-shape" if shapes is not None else f"the {source}"
+        signature = verify_signature(model, signature, candidates, where)
+    else:
+        logger.warning(
+            "model %r: the %s implies no concrete input shape, so it was not checked against the model; "
+            "pass input shapes (--input-shape) to check it",
+            name,
+            source,
+        )
+        if model.returns_dict:  # unchecked dict outputs: the metadata's output keys are the best names
+            signature = _renamed_outputs(signature, list(network_format(name, meta)["outputs"]))
+    return ModelDescription(
+        signature=signature, source=source, model_format=model.format,
+        argument_names=model.argument_names, verified=verified,
+    )  # fmt: skip
+
+
+def _renamed_outputs(signature: ModelSignature, keys: list[Any]) -> ModelSignature:
+    names = output_names(len(signature.outputs), keys)
+    return replace(signature, outputs=tuple(replace(o, name=n) for o, n in zip(signature.outputs, names, strict=True)))
+
+
+def _candidates(name: str, meta: dict[str, Any]) -> list[list[Shape]]:
+    """Input shapes the metadata implies, smallest first, within a probe budget (the first always)."""
+    candidates: list[list[Shape]] = []
+    for symbol in _SYMBOL_VALUES:
+        shapes = example_shapes(name, meta, symbol)
+        if shapes is None:
+            return []
+        if shapes not in candidates and (not candidates or sum(math.prod(s) for s in shapes) <= _PROBE_ELEMENTS):
+            candidates.append(shapes)
+    return candidates
+
+
+def _probe(
+    model: LoadedModel,
+    name: str,
+    shapes: list[Shape] | None,
+    dtypes: list[str] | None,
+    max_batch_size: int,
+    version: int | None,
+) -> ModelDescription:
+    if shapes is None:
+        raise ConfigError(
+            f"model {name!r}: {str(model.path)!r} carries no MONAI metadata and no bundle metadata was given; "
+            "pass --input-shape (one per forward() argument, batch first, e.g. --input-shape 1,1,96,96,96) "
+            "so the model can be probed"
+        )
+    check_input_count(model, name, len(shapes), "--input-shape")
+    dtypes = dtypes or ["FP32"] * len(shapes)
+    signature = probe_signature(model, name, shapes, dtypes, max_batch_size=max_batch_size, version=version)
+    logger.info("model %r: signature probed from example inputs %s", name, shapes)
+    return ModelDescription(
+        signature=signature, source="probe", model_format=model.format,
+        argument_names=model.argument_names, verified=True,
+    )  # fmt: skip
+
+
+def _metadata(model: LoadedModel, name: str, bundle_metadata: str | Path | None) -> tuple[dict[str, Any] | None, str]:
+    """The model file's metadata, else the bundle's; both given and different is an error."""
+    bundle = read_bundle_metadata(bundle_metadata) if bundle_metadata is not None else None
+    if model.metadata is not None and bundle is not None:
+        if network_format(name, model.metadata) != network_format(name, bundle):
+            raise ConfigError(
+                f"model {name!r}: the network_data_format inside {str(model.path)!r} differs from the one in "
+                f"bundle metadata {str(bundle_metadata)!r}; fix one, or drop the bundle metadata option"
+            )
+        logger.info("model %r: bundle metadata matches the metadata inside the model file", name)
+    if model.metadata is not None:
+        return model.metadata, "model metadata"
+    if bundle is not None:
+        return bundle, "bundle metadata"
+    return None, "probe"
+
+
+def _shapes(name: str, input_shapes: Sequence[Sequence[int]] | None) -> list[Shape] | None:
+    if input_shapes is None or len(input_shapes) == 0:
+        return None
+    shapes = []
+    for position, shape in enumerate(input_shapes):
+        dims = tuple(int(d) for d in shape)
+        if not dims or any(d < 1 for d in dims):
+            raise ConfigError(f"model {name!r}: input shape {position} must be positive sizes, got {list(dims)}")
+        shapes.append(dims)
+    return shapes
+
+
+def _dtypes(name: str, input_dtypes: Sequence[str] | None, shapes: list[Shape] | None) -> list[str] | None:
+    if not input_dtypes:
+        return None
+    if shapes is not None and len(input_dtypes) != len(shapes):
+        raise ConfigError(
+            f"model {name!r}: expected one input dtype per input shape ({len(shapes)}), got {len(input_dtypes)}"
+        )
+    return [dtype_of(d) for d in input_dtypes]
+
+
+def _check_dtypes(signature: ModelSignature, dtypes: Sequence[str]) -> None:
+    if len(dtypes) != len(signature.inputs):
+        raise ConfigError(
+            f"model {signature.name!r}: metadata declares {len(signature.inputs)} input(s), "
+            f"got {len(dtypes)} input dtype(s)"
+        )
+    for spec, dtype in zip(signature.inputs, dtypes, strict=True):
+        if spec.dtype != dtype:
+            raise ConfigError(
+                f"model {signature.name!r} input {spec.name!r}: metadata says dtype {spec.dtype}, got {dtype}"
+            )
+
+
+def _check_shapes(signature: ModelSignature, shapes: Sequence[Shape]) -> list[Shape]:
+    """The caller's example shapes, when they fit the metadata's (rank and every fixed dim)."""
+    if len(shapes) != len(signature.inputs):
+        raise ConfigError(
+            f"model {signature.name!r}: metadata declares {len(signature.inputs)} input(s) "
+            f"{list(signature.input_names)}, got {len(shapes)} input shape(s)"
+        )
+    for spec, shape in zip(signature.inputs, shapes, strict=True):
+        expected = spec.full_shape(signature.max_batch_size)
+        if len(shape) != len(expected) or any(e not in (-1, s) for e, s in zip(expected, shape, strict=False)):
+            raise ConfigError(
+                f"model {signature.name!r} input {spec.name!r}: metadata says shape {list(expected)}, "
+                f"got input shape {list(shape)}"
+            )
+    return list(shapes)

@@ -1,0 +1,10 @@
+"""The local ``tritonserver`` launcher: the real server from the nvidia-pytriton wheel, on loopback."""
+
+from .discovery import TritonInstall as TritonInstall
+from .discovery import find_tritonserver as find_tritonserver
+from .local import LocalTritonServer as LocalTritonServer
+from .local import ServerState as ServerState
+from .options import Ports as Ports
+from .options import ServerOptions as ServerOptions
+
+__all__ = ["LocalTritonServer", "Ports", "ServerOptions", "ServerState", "TritonInstall", "find_tritonserver"]

@@ -1,0 +1,118 @@
+"""What the server process needs around it: a backend folder with the Python backend, and its environment.
+
+The Python backend runs each model instance in a ``triton_python_backend_stub`` process that embeds
+Python. The server looks for the backend in ``<backend-directory>/python/`` (``libtriton_python.so``,
+``triton_python_backend_utils.py`` and the stub side by side), and the stub:
+
+- loads ``libpython3.X.so`` and the wheel's bundled libraries, so ``LD_LIBRARY_PATH`` holds the
+  running interpreter's ``LIBDIR`` and the install's library folders, in that order, before the caller's;
+- takes its Python environment (``sys.prefix``, hence ``torch`` and ``numpy``) from the first
+  ``python3`` on ``PATH``, so the running interpreter's ``bin/`` goes first on ``PATH``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import sys
+import sysconfig
+from collections.abc import Mapping
+from pathlib import Path
+
+from .discovery import PYTHON_BACKEND_FILES, STUB_NAME, TritonInstall
+
+logger = logging.getLogger(__name__)
+
+#: Where POSIX shared memory (``shm_open``) lives on Linux; the Python backend keeps one region per model instance.
+SHM_DIR = Path("/dev/shm")  # noqa: S108 - only read and unlinked, names with our own prefix
+_SHM_PREFIX = "monai_triton_"
+
+
+def assemble_backend_dir(install: TritonInstall, dest: Path) -> Path:
+    """Fill ``dest`` (an empty folder the caller owns) with symlinks: ``python/`` and the install's other backends.
+
+    Returns ``dest``, for ``--backend-directory``. Without a Python backend or a stub for this
+    interpreter the folder still works for other backends, and a warning says why python models will fail.
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    if install.backends_dir is not None:
+        for entry in sorted(install.backends_dir.iterdir()):
+            if entry.is_dir() and entry.name != "python":
+                (dest / entry.name).symlink_to(entry, target_is_directory=True)
+    if install.python_backend_dir is None or install.stub_path is None:
+        logger.warning(
+            "no Python backend stub for Python %d.%d in %s: models with backend 'python' will fail to load",
+            sys.version_info.major,
+            sys.version_info.minor,
+            install.home,
+        )
+        return dest
+    python_dir = dest / "python"
+    python_dir.mkdir()
+    for name in PYTHON_BACKEND_FILES:
+        (python_dir / name).symlink_to(install.python_backend_dir / name)
+    (python_dir / STUB_NAME).symlink_to(install.stub_path)
+    return dest
+
+
+def server_environment(install: TritonInstall, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of the server process: ``base`` (default ``os.environ``) plus library and Python paths."""
+    env = dict(os.environ if base is None else base)
+    libdir = sysconfig.get_config_var("LIBDIR")
+    libs = [str(p) for p in ([Path(libdir)] if libdir else []) + list(install.lib_dirs)]
+    env["LD_LIBRARY_PATH"] = _prepend(libs, env.get("LD_LIBRARY_PATH", ""))
+    env["PATH"] = _prepend([os.path.dirname(sys.executable)], env.get("PATH", os.defpath))
+    return env
+
+
+def shm_prefix() -> str:
+    """A ``shm-region-prefix-name`` for one server: ``monai_triton_<launcher pid>_<random>_``.
+
+    The Python backend names its shared-memory regions ``<prefix><uuid>`` and unlinks them on a clean stop; a
+    killed server leaves them behind. A prefix of our own lets the launcher remove exactly its own leftovers.
+    """
+    return f"{_SHM_PREFIX}{os.getpid()}_{secrets.token_hex(4)}_"
+
+
+def remove_shm_regions(prefix: str) -> int:
+    """Unlink the regions named ``<prefix>*``; returns how many were removed."""
+    removed = 0
+    for region in SHM_DIR.glob(f"{prefix}*"):
+        try:
+            region.unlink()
+            removed += 1
+        except OSError as exc:
+            logger.debug("cannot remove %s: %s", region, exc)
+    return removed
+
+
+def remove_stale_shm_regions() -> int:
+    """Unlink regions left by launchers that no longer run (a server killed with its parent cannot clean up)."""
+    removed = 0
+    for region in SHM_DIR.glob(f"{_SHM_PREFIX}*_*_*"):
+        pid = region.name[len(_SHM_PREFIX) :].split("_", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _pid_exists(int(pid)):
+            removed += remove_shm_regions(region.name)
+    if removed:
+        logger.info("removed %d shared-memory regions left by tritonservers of dead processes", removed)
+    return removed
+
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _prepend(first: list[str], rest: str) -> str:
+    """``first`` then the entries of the ``:``-separated ``rest``, without duplicates or empty entries."""
+    seen: list[str] = []
+    for entry in first + rest.split(os.pathsep):
+        if entry and entry not in seen:
+            seen.append(entry)
+    return os.pathsep.join(seen)

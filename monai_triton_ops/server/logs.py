@@ -1,0 +1,94 @@
+"""Reading the server's log file: a bounded tail for errors, and the few facts only the log tells.
+
+Triton reports a port it cannot bind and a model it cannot load only in its log (and its exit code),
+so these few patterns are matched on the log text. They are kept here, in one place, each pinned by a test
+against the real server.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_TAIL_LINES = 60
+MAX_TAIL_CHARS = 8192
+#: Triton prints wide tables; a line longer than this is cut so the tail keeps more lines.
+MAX_LINE_CHARS = 240
+
+# E1202 ... main.cc:257] "failed to start HTTP service: Unavailable - Socket '127.0.0.1:18000' already in use "
+_PORT_IN_USE = re.compile(r"failed to start (\w+) service: .*?Socket '[^']*:(\d+)' already in use")
+# E1202 ... model_lifecycle.cc:642] "failed to load 'bad' version 1: Internal: RuntimeError: boom\n\nAt:\n ..."
+_MODEL_FAILED = re.compile(r"failed to load '([^']+)' version (\d+): (.*)")
+# Error lines that say nothing about the failure on a machine without a GPU.
+_NOISE = re.compile(r"CUDA|Cuda|NVML|DCGM|GPU|pinned memory", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class PortConflict:
+    service: str
+    """``HTTP``, ``GRPC`` or ``Metrics``, as Triton writes it."""
+    port: int
+
+
+@dataclass(frozen=True)
+class ModelFailure:
+    model: str
+    version: int
+    reason: str
+    """The first line of Triton's reason, e.g. ``Internal: RuntimeError: boom``."""
+
+
+def read_tail(path: Path, *, max_lines: int = MAX_TAIL_LINES, max_chars: int = MAX_TAIL_CHARS) -> str:
+    """The last ``max_lines`` lines of the log, each cut at ``MAX_LINE_CHARS``, at most ``max_chars`` in all."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 4 * max_chars))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    lines = [_cut(line) for line in text.splitlines()[-max_lines:]]
+    tail = "\n".join(lines)
+    return tail[-max_chars:]
+
+
+def read_from(path: Path, offset: int) -> tuple[str, int]:
+    """Complete lines written after byte ``offset``, and the offset after them (for incremental scans)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return "", offset
+    end = data.rfind(b"\n") + 1
+    return data[:end].decode("utf-8", errors="replace"), offset + end
+
+
+def port_conflicts(text: str) -> list[PortConflict]:
+    return [PortConflict(m.group(1), int(m.group(2))) for m in _PORT_IN_USE.finditer(text)]
+
+
+def model_failures(text: str) -> list[ModelFailure]:
+    return [
+        ModelFailure(m.group(1), int(m.group(2)), _cut(m.group(3).split("\\n")[0].rstrip('" ')))
+        for m in _MODEL_FAILED.finditer(text)
+    ]
+
+
+def error_lines(text: str, *, limit: int = 5) -> list[str]:
+    """The first ``limit`` error lines (``E...`` records and ``error:``), without GPU noise, each cut short."""
+    found = []
+    for line in text.splitlines():
+        is_error = (line.startswith("E") and line[1:5].isdigit()) or line.startswith("error:")
+        if is_error and not _NOISE.search(line):
+            found.append(_cut(line))
+            if len(found) == limit:
+                break
+    return found
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 3] + "..."

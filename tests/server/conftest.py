@@ -1,0 +1,202 @@
+"""Fixtures for the local tritonserver: tiny Python-backend models, servers that never outlive a test.
+
+Every server a test starts goes through ``make_server`` (or the module's shared ``server``): its
+teardown stops it even when the test fails, then checks that the process, its whole process group
+(the Python backend stubs) and its temporary folder are gone. Temporary folders are created under a
+folder of the test's own (``tempfile.tempdir`` is patched), so a leak is seen, not guessed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from monai_triton_ops.errors import ServerNotFoundError
+from monai_triton_ops.server import LocalTritonServer, TritonInstall, find_tritonserver
+from monai_triton_ops.server.environment import SHM_DIR
+
+#: config.pbtxt of a one-input one-output model with a variable-length 1-D tensor, no batching.
+CONFIG = """\
+name: "{name}"
+backend: "python"
+max_batch_size: 0
+input [ {{ name: "INPUT__0" data_type: {dtype} dims: [ -1 ] }} ]
+output [ {{ name: "OUTPUT__0" data_type: {dtype} dims: [ -1 ] }} ]
+instance_group [ {{ kind: KIND_CPU count: 1 }} ]
+"""
+
+#: model.py moving tensors with DLPack only: the 2.51 stub is built against numpy 1.x, and with numpy 2
+#: ``pb_utils.Tensor(name, ndarray)`` / ``.as_numpy()`` silently carry 0 bytes.
+MODEL_PY = """\
+import torch
+import torch.utils.dlpack
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+{initialize}
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = torch.from_dlpack(pb_utils.get_input_tensor_by_name(request, "INPUT__0").to_dlpack())
+            y = ({expression}).contiguous()
+            out = pb_utils.Tensor.from_dlpack("OUTPUT__0", torch.utils.dlpack.to_dlpack(y))
+            responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
+        return responses
+"""
+
+FAIL_REASON = "deliberate failure in initialize"
+
+
+def write_model(
+    repo: Path, name: str, *, expression: str = "x", dtype: str = "TYPE_FP32", initialize: str = "pass"
+) -> Path:
+    """Write ``<repo>/<name>/config.pbtxt`` and ``<repo>/<name>/1/model.py``; returns the repository."""
+    (repo / name / "1").mkdir(parents=True, exist_ok=True)
+    (repo / name / "config.pbtxt").write_text(CONFIG.format(name=name, dtype=dtype))
+    body = textwrap.indent(initialize, " " * 8)
+    (repo / name / "1" / "model.py").write_text(MODEL_PY.format(initialize=body, expression=expression))
+    return repo
+
+
+def write_demo_repo(repo: Path) -> Path:
+    """``add_one`` (FP32, x + 1) and ``identity`` (INT64, x)."""
+    write_model(repo, "add_one", expression="x + 1", dtype="TYPE_FP32")
+    return write_model(repo, "identity", expression="x", dtype="TYPE_INT64")
+
+
+# -- process checks without psutil ------------------------------------------------------------------
+def process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def group_members(pgid: int) -> list[int]:
+    """Pids whose process group is ``pgid`` (zombies included), from ``/proc``."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp ...
+        if int(fields[2]) == pgid:
+            members.append(int(entry))
+    return members
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, interval_s: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if condition():
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval_s)
+
+
+def assert_server_gone(pid: int, *, timeout_s: float = 0.0) -> None:
+    """The server process no longer exists (``ProcessLookupError``), nor anything in its process group."""
+    assert wait_until(lambda: not process_exists(pid), timeout_s), f"tritonserver pid {pid} still exists"
+    assert wait_until(lambda: not group_members(pid), timeout_s), f"left in its group: {group_members(pid)}"
+
+
+def kill_group(pgid: int) -> None:
+    """Last-resort cleanup of a group a failed test may have left."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+# -- fixtures ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def triton_install() -> TritonInstall:
+    """The real server, or a clean skip when it is not installed."""
+    try:
+        return find_tritonserver()
+    except ServerNotFoundError as exc:
+        pytest.skip(f"no tritonserver: {exc}")
+
+
+@pytest.fixture(scope="session")
+def demo_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_demo_repo(tmp_path_factory.mktemp("demo") / "repo")
+
+
+@pytest.fixture
+def empty_repo(tmp_path: Path) -> Path:
+    """A repository without models: the quickest server to start."""
+    (tmp_path / "empty_repo").mkdir()
+    return tmp_path / "empty_repo"
+
+
+@pytest.fixture
+def server_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """``tempfile`` creates folders here during the test; it must be empty afterwards."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    yield folder
+    assert not list(folder.iterdir()), f"temporary folders left: {list(folder.iterdir())}"
+
+
+@pytest.fixture
+def make_server(triton_install: TritonInstall, server_tmp: Path) -> Iterator[Callable[..., LocalTritonServer]]:
+    """``make_server(repo, **options)`` -> a (not yet started) server, stopped and checked at teardown."""
+    servers: list[LocalTritonServer] = []
+
+    def make(repo: Path, **options: object) -> LocalTritonServer:
+        server = LocalTritonServer(repo, **options)  # type: ignore[arg-type]
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        stop_and_check(server)
+
+
+def stop_and_check(server: LocalTritonServer) -> None:
+    """Stop; then the process, its group and its folder must be gone (killed anyway, so nothing leaks)."""
+    pid = server.pid
+    try:
+        server.stop()
+        if pid is not None:
+            assert_server_gone(pid, timeout_s=5.0)
+        assert server.workdir is None
+        assert not list(SHM_DIR.glob(f"{server._shm_prefix}*")), "shared memory left in /dev/shm"
+    finally:
+        if pid is not None:
+            kill_group(pid)
+
+
+@pytest.fixture(scope="module")
+def server(
+    triton_install: TritonInstall, demo_repo: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalTritonServer]:
+    """One running server with the demo models, shared by a test module."""
+    folder = tmp_path_factory.mktemp("server_tmp")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tempfile, "tempdir", str(folder))
+        server = LocalTritonServer(demo_repo, startup_timeout_s=120.0)
+        try:
+            server.start()
+            yield server
+        finally:
+            stop_and_check(server)
+    assert not list(folder.iterdir()), f"temporary folders left: {list(folder.iterdir())}"
