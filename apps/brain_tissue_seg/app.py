@@ -60,7 +60,9 @@ class BrainTissueSegApp(Application):
             loader = NiftiImageLoader(self, CountCondition(self, 1), input_path=input_path, name="nifti_loader")
             self.add_flow(loader, infer, {("image", "image")})
             return
-        study_loader = DICOMDataLoaderOperator(self, CountCondition(self, 1), input_folder=input_path, name="dicom_loader")
+        study_loader = DICOMDataLoaderOperator(
+            self, CountCondition(self, 1), input_folder=input_path, name="dicom_loader"
+        )
         selector = DICOMSeriesSelectorOperator(self, rules=SERIES_RULES, name="series_selector")
         to_volume = DICOMSeriesToVolumeOperator(self, name="series_to_volume")
         seg_writer = DICOMSegmentationWriterOperator(

@@ -82,7 +82,9 @@ def main() -> int:
             out = args.out / backend / kind
             seconds = run_app(backend, source, out)
             outputs = sorted(p for p in out.rglob("*") if p.is_file())
-            results.append(Result(backend, kind, seconds, measure_dice(out / "seg.nii.gz", args.data / "labels.nii.gz"), outputs))
+            results.append(
+                Result(backend, kind, seconds, measure_dice(out / "seg.nii.gz", args.data / "labels.nii.gz"), outputs)
+            )
     report(results, reserved)
     return 0 if all(min(r.dice.values()) >= DICE_TARGET for r in results) else 1
 
@@ -91,7 +93,10 @@ def report(results: list[Result], reserved: list[str]) -> None:
     names = [LABELS[label] for label in sorted(LABELS)]
     print(f"\n{'backend':<10}{'input':<8}{'seconds':>9}" + "".join(f"{'Dice ' + n:>20}" for n in names))
     for r in results:
-        print(f"{r.backend:<10}{r.kind:<8}{r.seconds:>9.1f}" + "".join(f"{r.dice[label]:>20.4f}" for label in sorted(LABELS)))
+        print(
+            f"{r.backend:<10}{r.kind:<8}{r.seconds:>9.1f}"
+            + "".join(f"{r.dice[label]:>20.4f}" for label in sorted(LABELS))
+        )
     print(f"\nDice target: >= {DICE_TARGET} for each tissue, on the full 197x233x189 volume.")
     if reserved:
         print(f"Backends not available yet (later issues): {', '.join(reserved)}")
