@@ -9,7 +9,8 @@ A spec names where the model runs, chosen at run time (command line, environment
     http://HOST:PORT            remote Triton over HTTP (https:// for TLS)  -- reserved
 
 Backends are imported lazily (``"module:Class"`` strings), so an app that runs TorchScript never
-imports tritonclient. Third parties add schemes with ``register_backend`` or the entry point group
+imports a remote client or the Triton core (reading a ``config.pbtxt`` uses only tritonclient's
+protobuf model). Third parties add schemes with ``register_backend`` or the entry point group
 ``monai_triton_ops.backends``; an existing scheme is never silently replaced.
 """
 
@@ -49,7 +50,7 @@ class BackendSpec:
     options: Mapping[str, str] = field(default_factory=dict)
 
 
-_REMOTE_HINT = "remote Triton backends are planned; they will need: pip install 'tritonclient[grpc,http]'"
+_REMOTE_HINT = "remote Triton backends are planned and not built yet; serve models today with 'monai-triton serve'"
 _registry: dict[str, BackendEntry] = {
     "torch": BackendEntry(target="monai_triton_ops.backends.torchscript:TorchScriptBackend"),
     "triton": BackendEntry(target=None, hint="the in-process Triton backend is planned and not built yet"),

@@ -1,0 +1,184 @@
+"""TorchScript runner for the Triton Python backend; copied verbatim to ``<repo>/<name>/<version>/model.py``.
+
+It loads the TorchScript file named by the ``torchscript_filename`` parameter (``model.pt`` by
+default) from its version folder, takes tensor names and dtypes from the model configuration, and
+runs the module under ``torch.inference_mode``.
+
+Tensors cross the Triton boundary by DLPack only: the Python backend stub is built against numpy
+1.x, and with numpy 2 ``pb_utils.Tensor(name, ndarray)`` and ``.as_numpy()`` silently carry 0 bytes.
+The file needs nothing but torch and the backend's ``triton_python_backend_utils``, so it runs in
+any Triton container with torch installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.utils.dlpack
+
+try:
+    import triton_python_backend_utils as pb_utils  # type: ignore[import-not-found]
+except ImportError:  # imported outside Triton, e.g. to test the pure helpers below
+    pb_utils = None
+
+TORCHSCRIPT_PARAMETER = "torchscript_filename"
+DEFAULT_FILENAME = "model.pt"
+#: Triton config dtype -> torch dtype (BYTES has none: DLPack cannot carry it).
+TORCH_DTYPES = {
+    "TYPE_BOOL": torch.bool,
+    "TYPE_UINT8": torch.uint8,
+    "TYPE_UINT16": torch.uint16,
+    "TYPE_UINT32": torch.uint32,
+    "TYPE_UINT64": torch.uint64,
+    "TYPE_INT8": torch.int8,
+    "TYPE_INT16": torch.int16,
+    "TYPE_INT32": torch.int32,
+    "TYPE_INT64": torch.int64,
+    "TYPE_FP16": torch.float16,
+    "TYPE_FP32": torch.float32,
+    "TYPE_FP64": torch.float64,
+    "TYPE_BF16": torch.bfloat16,
+}
+
+
+class TritonPythonModel:
+    """One instance per Triton model instance: ``initialize`` once, ``execute`` per batch of requests."""
+
+    def initialize(self, args: dict[str, str]) -> None:
+        config = json.loads(args["model_config"])
+        self.name = config["name"]
+        self.input_names = [t["name"] for t in config["input"]]
+        self.outputs = [(t["name"], _torch_dtype(self.name, t)) for t in config["output"]]
+        self.batching = int(config.get("max_batch_size", 0)) > 0
+        parameter = config.get("parameters", {}).get(TORCHSCRIPT_PARAMETER, {})
+        filename = parameter.get("string_value") or DEFAULT_FILENAME
+        path = os.path.join(args["model_repository"], args["model_version"], filename)
+        self.device = _device(args)
+        self.module = torch.jit.load(path, map_location=self.device)  # type: ignore[no-untyped-call]
+        self.module.eval()
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        """Stack same-shaped requests into one batch when the model batches; else run each alone."""
+        if self.batching and len(requests) > 1:
+            batched = self._execute_stacked(requests)
+            if batched is not None:
+                return batched
+        return [self._execute_one(request) for request in requests]
+
+    def finalize(self) -> None:
+        self.module = None
+
+    def _execute_one(self, request: Any) -> Any:
+        try:
+            outputs = self._run(self._inputs(request))
+            return pb_utils.InferenceResponse(output_tensors=[_to_triton(n, t) for n, t in outputs.items()])
+        except Exception as exc:  # every failure goes back to its caller as that request's error
+            return _error(self.name, exc)
+
+    def _execute_stacked(self, requests: list[Any]) -> list[Any] | None:
+        try:
+            per_request = [self._inputs(request) for request in requests]
+        except Exception:  # a bad request: let each one fail on its own
+            return None
+        if not same_item_shapes(per_request):
+            return None
+        sizes = [tensors[0].shape[0] for tensors in per_request]
+        try:
+            stacked = [torch.cat(column) for column in zip(*per_request, strict=True)]
+            parts = split_batch(self._run(stacked), sizes)
+        except Exception as exc:  # one failure fails the whole batch: they ran as one
+            return [_error(self.name, exc) for _ in requests]
+        return [
+            pb_utils.InferenceResponse(output_tensors=[_to_triton(n, t) for n, t in part.items()]) for part in parts
+        ]
+
+    def _inputs(self, request: Any) -> list[torch.Tensor]:
+        tensors = []
+        for name in self.input_names:
+            tensor = pb_utils.get_input_tensor_by_name(request, name)
+            if tensor is None:
+                raise ValueError(f"input '{name}' is missing")
+            tensors.append(torch.utils.dlpack.from_dlpack(tensor.to_dlpack()).to(self.device))
+        return tensors
+
+    def _run(self, inputs: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+        with torch.inference_mode():
+            result = self.module(*inputs)
+        outputs = name_results(self.name, [n for n, _ in self.outputs], result)
+        for name, dtype in self.outputs:
+            if outputs[name].dtype != dtype:
+                raise TypeError(f"output '{name}': the model returned {outputs[name].dtype}, the config says {dtype}")
+        return unalias(outputs, inputs)
+
+
+def name_results(model: str, names: Sequence[str], result: Any) -> dict[str, torch.Tensor]:
+    """Name a model's raw result as the configuration does (same rules as the in-process backend).
+
+    A tensor is the first output; a tuple/list maps by position; a dict maps by key when its keys
+    are the configured names, else by insertion order.
+    """
+    if isinstance(result, torch.Tensor):
+        values: list[Any] = [result]
+    elif isinstance(result, Mapping):
+        if set(result) == set(names):
+            return {n: result[n] for n in names}
+        values = list(result.values())
+    elif isinstance(result, tuple | list):
+        values = list(result)
+    else:
+        raise TypeError(f"model '{model}' returned {type(result).__name__}, expected tensors")
+    if len(values) != len(names) or not all(isinstance(v, torch.Tensor) for v in values):
+        raise TypeError(f"model '{model}' returned {len(values)} value(s), the config declares outputs {list(names)}")
+    return dict(zip(names, values, strict=True))
+
+
+def same_item_shapes(per_request: Sequence[Sequence[torch.Tensor]]) -> bool:
+    """Whether requests can be stacked: every input has the same shape after the batch dim everywhere."""
+    first = [t.shape[1:] for t in per_request[0]]
+    return all([t.shape[1:] for t in tensors] == first for tensors in per_request[1:])
+
+
+def split_batch(outputs: Mapping[str, torch.Tensor], sizes: Sequence[int]) -> list[dict[str, torch.Tensor]]:
+    """Cut stacked outputs back into one dict per request, along the batch dim."""
+    total = sum(sizes)
+    for name, tensor in outputs.items():
+        if tensor.dim() == 0 or tensor.shape[0] != total:
+            raise ValueError(f"output '{name}' has shape {list(tensor.shape)}, expected a batch dim of {total}")
+    pieces = {name: torch.split(tensor, list(sizes)) for name, tensor in outputs.items()}
+    return [{name: pieces[name][i] for name in outputs} for i in range(len(sizes))]
+
+
+def unalias(outputs: dict[str, torch.Tensor], inputs: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Copy outputs that share memory with an input: input buffers belong to Triton, not to the response."""
+    owned = {t.untyped_storage().data_ptr() for t in inputs}
+    return {n: t.clone() if t.untyped_storage().data_ptr() in owned else t for n, t in outputs.items()}
+
+
+def _to_triton(name: str, tensor: torch.Tensor) -> Any:
+    capsule = torch.utils.dlpack.to_dlpack(tensor.contiguous())  # type: ignore[attr-defined]
+    return pb_utils.Tensor.from_dlpack(name, capsule)
+
+
+def _error(model: str, exc: Exception) -> Any:
+    """An error response: the caller gets the last line (TorchScript puts a traceback before it), the log all."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    message = f"model '{model}': {lines[-1] if lines else type(exc).__name__}"
+    pb_utils.Logger.log_error(f"{message}\n{exc}")
+    return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
+
+
+def _torch_dtype(model: str, tensor: Mapping[str, Any]) -> torch.dtype:
+    data_type = tensor["data_type"]
+    if data_type not in TORCH_DTYPES:
+        raise ValueError(f"model '{model}' output '{tensor['name']}': data_type {data_type} cannot be served")
+    return TORCH_DTYPES[data_type]
+
+
+def _device(args: Mapping[str, str]) -> torch.device:
+    if args.get("model_instance_kind") == "GPU":
+        return torch.device(f"cuda:{args.get('model_instance_device_id', '0')}")
+    return torch.device("cpu")

@@ -1,0 +1,114 @@
+"""The sample app as users run it: a real App SDK application in its own process, on the real MRI.
+
+Sample data is written once per session from the atlas nilearn ships; each app run is
+``monai-triton exec`` in a subprocess, as in the README.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pydicom
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = ROOT / "apps" / "brain_tissue_seg"
+REPO = ROOT / "model_repository"
+DICE_TARGET = 0.85
+
+pytestmark = pytest.mark.slow
+sys.path.insert(0, str(APP))
+from atlas import dice  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def sample_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("sample") / "brain_tissue_seg"
+    subprocess.run([sys.executable, str(APP / "make_sample_data.py"), "--out", str(out)], check=True, timeout=600)
+    return out
+
+
+def run_app(source: Path, out: Path, *extra: str, models: Path = REPO, env: dict[str, str] | None = None):
+    command = [sys.executable, "-m", "monai_triton_ops.cli", "exec", str(APP), "-i", str(source), "-o", str(out)]
+    command += ["-m", str(models), "-l", "WARN", *extra]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env, check=False)
+
+
+def _dice(seg_path: Path, labels_path: Path) -> dict[int, float]:
+    seg = nib.as_closest_canonical(nib.load(seg_path))
+    ref = nib.as_closest_canonical(nib.load(labels_path))
+    assert seg.shape == ref.shape
+    np.testing.assert_allclose(seg.affine, ref.affine, atol=1e-3)
+    return {label: dice(np.asarray(seg.dataobj), np.asarray(ref.dataobj), label) for label in (1, 2)}
+
+
+@pytest.fixture(scope="session")
+def nifti_run(sample_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("nifti_out")
+    result = run_app(sample_data / "t1.nii.gz", out, "--backend", "torch")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+def test_nifti_in_labels_out_on_the_input_grid_with_dice_above_target(nifti_run: Path, sample_data: Path) -> None:
+    seg = nib.load(nifti_run / "seg.nii.gz")
+    t1 = nib.load(sample_data / "t1.nii.gz")
+    assert seg.shape == t1.shape
+    assert seg.get_data_dtype() == np.uint8
+    np.testing.assert_allclose(seg.affine, t1.affine)
+    assert set(np.unique(np.asarray(seg.dataobj))) == {0, 1, 2}
+    scores = _dice(nifti_run / "seg.nii.gz", sample_data / "labels.nii.gz")
+    assert min(scores.values()) >= DICE_TARGET, scores
+
+
+def test_dicom_in_gives_the_same_labels_and_a_dicom_seg(nifti_run: Path, sample_data: Path, tmp_path: Path) -> None:
+    result = run_app(sample_data / "dicom", tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    from_dicom = nib.as_closest_canonical(nib.load(tmp_path / "seg.nii.gz"))
+    from_nifti = nib.as_closest_canonical(nib.load(nifti_run / "seg.nii.gz"))
+    np.testing.assert_array_equal(np.asarray(from_dicom.dataobj), np.asarray(from_nifti.dataobj))
+    (seg_file,) = tmp_path.glob("*.dcm")
+    seg = pydicom.dcmread(seg_file)
+    assert seg.SOPClassUID == "1.2.840.10008.5.1.4.1.1.66.4"  # Segmentation Storage
+    assert [s.SegmentLabel for s in seg.SegmentSequence] == ["grey matter", "white matter"]
+    source = pydicom.dcmread(next((sample_data / "dicom").iterdir()), stop_before_pixels=True)
+    assert seg.StudyInstanceUID == source.StudyInstanceUID
+
+
+def test_backend_from_the_environment_and_a_typo_fails_before_writing(sample_data: Path, tmp_path: Path) -> None:
+    import os
+
+    env = {**os.environ, "MONAI_TRITON_BACKEND": "tensorrt"}
+    result = run_app(sample_data / "t1.nii.gz", tmp_path / "out", env=env)
+    assert result.returncode != 0
+    assert "unknown backend spec 'tensorrt'" in result.stderr
+    assert not any((tmp_path / "out").rglob("*.nii.gz"))
+
+
+@pytest.mark.parametrize("case", ["empty", "no_dicom"])
+def test_unusable_input_folders_fail_with_the_path_named(case: str, tmp_path: Path) -> None:
+    source = tmp_path / "in"
+    source.mkdir()
+    if case == "no_dicom":
+        (source / "readme.txt").write_text("no images here")
+    result = run_app(source, tmp_path / "out")
+    assert result.returncode != 0
+    expected = "is empty" if case == "empty" else "holds no DICOM series"
+    assert expected in result.stderr
+    assert str(source) in result.stderr
+    assert not any((tmp_path / "out").rglob("*.*"))
+
+
+def test_a_corrupt_model_fails_the_run_and_writes_nothing(sample_data: Path, tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    shutil.copytree(REPO, models)
+    (models / "brain_tissue_seg" / "1" / "model.pt").write_bytes(b"not a model")
+    result = run_app(sample_data / "t1.nii.gz", tmp_path / "out", models=models)
+    assert result.returncode != 0
+    assert "is not a loadable TorchScript file" in result.stderr
+    assert not any((tmp_path / "out").rglob("*.*"))
