@@ -28,6 +28,7 @@ from tritonclient.grpc import model_config_pb2 as pb
 from ..errors import ConfigError, ModelNotFoundError
 from ..signature import ModelSignature, TensorSpec
 from . import layout
+from .metadata import parse_metadata_text
 
 FLAVORS = ("python", "libtorch")
 INSTANCE_KINDS = ("KIND_AUTO", "KIND_CPU", "KIND_GPU", "KIND_MODEL")
@@ -344,13 +345,8 @@ def _metadata(config: pb.ModelConfig) -> dict[str, Any]:
     if METADATA_PARAMETER not in config.parameters:
         return {}
     text = config.parameters[METADATA_PARAMETER].string_value
-    try:
-        meta = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"model {config.name!r}: parameter {METADATA_PARAMETER!r} is not valid JSON: {exc}") from exc
-    if not isinstance(meta, dict):
-        raise ConfigError(f"model {config.name!r}: parameter {METADATA_PARAMETER!r} must hold a JSON object")
-    return meta
+    what = f"parameter {METADATA_PARAMETER!r}"
+    return parse_metadata_text(text, source=f"model {config.name!r}", what=what) or {}
 
 
 def _flavor(config: pb.ModelConfig) -> str:

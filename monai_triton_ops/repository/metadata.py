@@ -101,16 +101,16 @@ def read_bundle_metadata(path: str | Path) -> dict[str, Any]:
     return meta
 
 
-def parse_metadata_text(text: str | bytes, *, source: str) -> dict[str, Any] | None:
-    """Decode a ``metadata.json`` payload; empty means absent."""
+def parse_metadata_text(text: str | bytes, *, source: str, what: str = "metadata.json") -> dict[str, Any] | None:
+    """Decode a MONAI metadata payload (``what`` names where it came from); empty means absent."""
     if not text:
         return None
     try:
         meta = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"{source}: metadata.json is not valid JSON: {exc}") from exc
+        raise ConfigError(f"{source}: {what} is not valid JSON: {exc}") from exc
     if not isinstance(meta, dict):
-        raise ConfigError(f"{source}: metadata.json must hold an object, got {type(meta).__name__}")
+        raise ConfigError(f"{source}: {what} must hold a JSON object, got {type(meta).__name__}")
     return meta
 
 

@@ -92,14 +92,15 @@ def remove_stale_shm_regions() -> int:
     removed = 0
     for region in SHM_DIR.glob(f"{_SHM_PREFIX}*_*_*"):
         pid = region.name[len(_SHM_PREFIX) :].split("_", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _pid_exists(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_exists(int(pid)):
             removed += remove_shm_regions(region.name)
     if removed:
         logger.info("removed %d shared-memory regions left by tritonservers of dead processes", removed)
     return removed
 
 
-def _pid_exists(pid: int) -> bool:
+def pid_exists(pid: int) -> bool:
+    """Whether a process with ``pid`` exists (signal 0 probes without touching it)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -22,6 +22,7 @@ import pytest
 from monai_triton_ops.errors import ServerNotFoundError
 from monai_triton_ops.server import LocalTritonServer, TritonInstall, find_tritonserver
 from monai_triton_ops.server.environment import SHM_DIR
+from monai_triton_ops.server.environment import pid_exists as process_exists
 
 #: config.pbtxt of a one-input one-output model with a variable-length 1-D tensor, no batching.
 CONFIG = """\
@@ -76,16 +77,6 @@ def write_demo_repo(repo: Path) -> Path:
 
 
 # -- process checks without psutil ------------------------------------------------------------------
-def process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def group_members(pgid: int) -> list[int]:
     """Pids whose process group is ``pgid`` (zombies included), from ``/proc``."""
     members = []
