@@ -16,7 +16,7 @@ import torch
 from ..errors import ConfigError, InferenceError, ModelLoadError
 from ..repository import layout
 from ..repository.metadata import forward_input_names
-from ..repository.signatures import local_signature, model_filename
+from ..repository.signatures import local_entry
 from ..signature import ModelSignature
 from .base import BaseBackend
 
@@ -51,11 +51,10 @@ class TorchScriptBackend(BaseBackend):
 
     def _open(self) -> ModelSignature:
         version, version_dir = layout.resolve_version(self.model_repository, self.model_name, self.version)
-        path = layout.model_file(version_dir, self.model_name, model_filename(self.model_repository, self.model_name))
+        entry = local_entry(self.model_repository, self.model_name)
+        path = layout.model_file(version_dir, self.model_name, entry.model_filename)
         module = _load(path, self.device, self.model_name)
-        signature = local_signature(
-            self.model_repository, self.model_name, version, path=path, schema_names=forward_input_names(module)
-        )
+        signature = entry.signature(version, path=path, schema_names=forward_input_names(module))
         self._module = module
         logger.info("loaded TorchScript %s on %s", path, self.device)
         return signature

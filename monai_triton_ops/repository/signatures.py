@@ -11,6 +11,7 @@ entry has a ``config.pbtxt``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,43 +24,51 @@ if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 
-def model_filename(repository: str | Path, name: str) -> str:
-    """The TorchScript file name inside a version folder, as ``config.pbtxt`` says, else ``model.pt``.
+@dataclass(frozen=True)
+class LocalEntry:
+    """One model folder of a local repository, its ``config.pbtxt`` read once (``None`` when absent)."""
 
-    libtorch configs name it in ``default_model_filename``; python-flavour configs (whose own
-    default file is the runner ``model.py``) in the ``torchscript_filename`` parameter.
-    """
-    config = _config(repository, name)
-    if config is None:
-        return layout.DEFAULT_MODEL_FILENAME
-    from .config import torchscript_filename
+    name: str
+    config: ModelConfig | None
 
-    return torchscript_filename(config)
+    @property
+    def model_filename(self) -> str:
+        """The TorchScript file name inside a version folder, as ``config.pbtxt`` says, else ``model.pt``.
+
+        libtorch configs name it in ``default_model_filename``; python-flavour configs (whose own
+        default file is the runner ``model.py``) in the ``torchscript_filename`` parameter.
+        """
+        if self.config is None:
+            return layout.DEFAULT_MODEL_FILENAME
+        from .config import torchscript_filename
+
+        return torchscript_filename(self.config)
+
+    def signature(self, version: int, *, path: Path, schema_names: Sequence[str] = ()) -> ModelSignature:
+        """The signature of one version, whose TorchScript file is ``path``."""
+        if self.config is not None:
+            from .config import signature_from_config
+
+            return signature_from_config(self.config, version=version)
+        meta = read_torchscript_metadata(path)
+        if meta is None:
+            raise ConfigError(
+                f"model {self.name!r}: {str(path)!r} carries no MONAI metadata and there is no config.pbtxt; "
+                f"generate one with: monai-triton repo build MODEL --name {self.name} --input-shape ..."
+            )
+        return signature_from_metadata(self.name, meta, schema_names=schema_names, version=version)
 
 
-def local_signature(
-    repository: str | Path, name: str, version: int, *, path: Path, schema_names: Sequence[str] = ()
-) -> ModelSignature:
-    """The signature of one version of a model in a local repository, whose file is ``path``."""
-    config = _config(repository, name)
-    if config is not None:
-        from .config import signature_from_config
-
-        return signature_from_config(config, version=version)
-    meta = read_torchscript_metadata(path)
-    if meta is None:
-        raise ConfigError(
-            f"model {name!r}: {str(path)!r} carries no MONAI metadata and there is no config.pbtxt; "
-            f"generate one with: monai-triton repo build MODEL --name {name} --input-shape ..."
-        )
-    return signature_from_metadata(name, meta, schema_names=schema_names, version=version)
-
-
-def _config(repository: str | Path, name: str) -> ModelConfig | None:
-    """The parsed ``<repo>/<name>/config.pbtxt``, or ``None`` when the entry has none."""
+def local_entry(repository: str | Path, name: str) -> LocalEntry:
+    """Read ``<repo>/<name>/config.pbtxt`` if there is one; the folder must exist."""
     path = layout.model_dir(repository, name) / layout.CONFIG_FILENAME
     if not path.is_file():
-        return None
+        return LocalEntry(name=name, config=None)
     from .config import read_config
 
-    return read_config(path, name=name)
+    return LocalEntry(name=name, config=read_config(path, name=name))
+
+
+def model_filename(repository: str | Path, name: str) -> str:
+    """The TorchScript file name of a model entry (see ``LocalEntry.model_filename``)."""
+    return local_entry(repository, name).model_filename
