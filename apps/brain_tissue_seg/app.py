@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from highdicom import AlgorithmIdentificationSequence  # noqa: F401  (the SEG writer needs highdicom)
 from monai.deploy.conditions import CountCondition
 from monai.deploy.core import Application
 from monai.deploy.operators.dicom_data_loader_operator import DICOMDataLoaderOperator

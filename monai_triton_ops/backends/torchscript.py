@@ -16,6 +16,7 @@ import torch
 from ..errors import ConfigError, InferenceError, ModelLoadError
 from ..repository import layout
 from ..repository.metadata import forward_input_names
+from ..repository.runner.model import name_results
 from ..repository.signatures import local_entry
 from ..signature import ModelSignature
 from .base import BaseBackend
@@ -79,26 +80,13 @@ class TorchScriptBackend(BaseBackend):
 def name_outputs(signature: ModelSignature, result: Any) -> dict[str, torch.Tensor]:
     """Give a model's raw result its signature names.
 
-    A tensor is the first output; a tuple/list maps by position; a dict maps by key when the keys
-    are the signature's names, else by insertion order (TorchScript dicts keep it).
+    One rule with the Triton runner (``runner/model.py``, which must stay standalone inside the
+    server), so a model's outputs get the same names in-process and on Triton.
     """
-    names = signature.output_names
-    if isinstance(result, torch.Tensor):
-        values: list[Any] = [result]
-    elif isinstance(result, Mapping):
-        if set(result) == set(names):
-            return {n: result[n] for n in names}
-        values = list(result.values())
-    elif isinstance(result, tuple | list):
-        values = list(result)
-    else:
-        raise InferenceError(f"model {signature.name!r} returned {type(result).__name__}, expected tensors")
-    if len(values) != len(names) or not all(isinstance(v, torch.Tensor) for v in values):
-        raise InferenceError(
-            f"model {signature.name!r} returned {len(values)} value(s), its signature declares {len(names)} "
-            f"output tensor(s) {list(names)}"
-        )
-    return dict(zip(names, values, strict=True))
+    try:
+        return name_results(signature.name, signature.output_names, result)
+    except TypeError as exc:
+        raise InferenceError(str(exc)) from exc
 
 
 def _device(device: str) -> torch.device:

@@ -23,7 +23,7 @@ from ..backends.base import BaseBackend
 from ..backends.registry import create_backend
 from ..errors import BackendStateError, InputDataError
 from ..pipeline.image import from_channel_first, to_channel_first
-from ..pipeline.run import InferenceSettings, Transform, check_spatial_rank, run_inference
+from ..pipeline.run import InferenceSettings, Transform, run_inference
 
 logger = logging.getLogger(__name__)
 
@@ -111,9 +111,7 @@ class InferenceOperator(SdkInferenceOperator):
         spatial_rank = len(signature.inputs[0].full_shape(signature.max_batch_size)) - 2
         array = data.asnumpy() if isinstance(data, Image) else data
         metadata = data.metadata() if isinstance(data, Image) else {}
-        tensor = to_channel_first(array, metadata or {}, spatial_rank=spatial_rank, model=self.model_name)
-        check_spatial_rank(tensor, self.backend)
-        return tensor
+        return to_channel_first(array, metadata or {}, spatial_rank=spatial_rank, model=self.model_name)
 
     def predict(self, data: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
         """Transforms, inferer and backend, through the shared pipeline."""
