@@ -74,7 +74,11 @@ class InferenceOperator(SdkInferenceOperator):
         """Create and open the backend: the model loads (or the server connects) once, here."""
         logger.info("model %r: backend %r, repository %s", self.model_name, self.backend_spec, self.model_repository)
         backend = create_backend(
-            self.backend_spec, self.model_repository, self.model_name, version=self.version, **self.backend_options
+            self.backend_spec,
+            self.model_name,
+            model_repository=self.model_repository,
+            version=self.version,
+            **self.backend_options,
         )
         self._backend = backend.open()
 

@@ -72,7 +72,7 @@ def test_the_operator_runs_in_an_application_and_keeps_geometry(unet_repo: Path,
     (seg,) = app.sink.received
     assert seg.asnumpy().shape == image.asnumpy().shape
     assert seg.metadata()["SeriesInstanceUID"] == "1.2.3"
-    with create_backend("torch", unet_repo, "unet") as backend:
+    with create_backend("torch", "unet", model_repository=unet_repo) as backend:
         tensor = to_channel_first(image.asnumpy(), image.metadata(), spatial_rank=3, model="unet")
         expected = run_inference(tensor, backend, settings, post_transforms=post)
     np.testing.assert_array_equal(seg.asnumpy(), np.asarray(expected[0]).T)
