@@ -71,6 +71,15 @@ def available_backends() -> Mapping[str, BackendEntry]:
     return MappingProxyType(_registry)
 
 
+def is_installed(scheme: str) -> bool:
+    """Whether ``scheme``'s backend class imports here (its module is built and its packages present)."""
+    try:
+        _load(scheme, scheme)
+    except (BackendUnavailableError, BackendSpecError):
+        return False
+    return True
+
+
 def register_backend(
     scheme: str, target: str | type[BaseBackend], *, hint: str = "", takes_urls: bool = False, clobber: bool = False
 ) -> None:

@@ -103,7 +103,7 @@ def test_registration_never_silently_replaces_a_backend(monkeypatch: pytest.Monk
     monkeypatch.setattr(registry, "_registry", dict(registry._registry))
     with pytest.raises(BackendSpecError, match="already registered"):
         register_backend("torch", MockBackend)
-    with pytest.raises(BackendSpecError, match="already registered to monai_triton_ops.backends.remote"):
+    with pytest.raises(BackendSpecError, match=r"already registered to monai_triton_ops\.backends\.remote"):
         register_backend("grpc", MockBackend, takes_urls=True)
     register_backend("mine", MockBackend, takes_urls=True)
     assert available_backends()["mine"].target == "monai_triton_ops.backends.mock:MockBackend"

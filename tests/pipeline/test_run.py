@@ -23,11 +23,31 @@ from monai_triton_ops.pipeline.image import affine_of, from_channel_first, to_ch
         ({"inferer": "simple", "overlap": 1.0}, "overlap"),
         ({"inferer": "simple", "sw_batch_size": 0}, "sw_batch_size"),
         ({"inferer": "simple", "mode": "median"}, "mode"),
+        ({"request_batch_size": 0}, "request_batch_size"),
     ],
 )
 def test_settings_are_validated_with_the_field_named(kwargs: dict, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         InferenceSettings(**kwargs)
+
+
+def test_settings_default_to_simple_and_to_sliding_window_when_a_patch_size_is_given() -> None:
+    assert InferenceSettings().inferer == "simple"
+    assert InferenceSettings(roi_size=(8, 8, 8)).inferer == "sliding_window"
+
+
+def test_settings_from_metadata_take_the_models_inference_block_and_the_overrides() -> None:
+    meta = {"inference": {"roi_size": [96, 96, 96], "sw_batch_size": 4, "overlap": 0.25, "note": "ignored"}}
+    settings = InferenceSettings.from_metadata(meta, request_batch_size=2, progress=True)
+    assert settings == InferenceSettings(
+        roi_size=(96, 96, 96), sw_batch_size=4, overlap=0.25, request_batch_size=2, progress=True
+    )
+    assert InferenceSettings.from_metadata({}).inferer == "simple"
+    assert InferenceSettings.from_metadata(meta, overlap=0.5).overlap == 0.5
+    with pytest.raises(ConfigError, match=r"no field\(s\) \['sw_batch'\]"):
+        InferenceSettings.from_metadata(meta, sw_batch=2)
+    with pytest.raises(ConfigError, match="'inference' must be an object"):
+        InferenceSettings.from_metadata({"inference": [96]})
 
 
 def test_sliding_window_and_simple_agree_on_a_whole_image(unet_repo: Path) -> None:
