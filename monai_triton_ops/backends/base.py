@@ -338,7 +338,8 @@ class BaseBackend(ABC):
         return split(inputs, limit)
 
     def _busy(self) -> bool:
-        return self._in_flight > 0 or any(not call.future.done() for call, _ in self._queue)
+        """Calls not yet completed (their futures remove them), or requests still out (lock held)."""
+        return bool(self._calls) or self._in_flight > 0
 
     def _pump(self) -> None:
         """Hand queued requests to the backend while fewer than ``max_in_flight`` are out."""
@@ -374,6 +375,11 @@ class BaseBackend(ABC):
             self._lock.notify_all()
         try:
             outputs = self._checked(call, index, child)
+        except InferenceTimeoutError as exc:
+            if call.timeout_s is None:  # the backend's own limit, not the caller's deadline
+                self._fail(call, exc)
+            else:  # the backend saw the caller's deadline first: one message either way
+                self._expire(call, cause=exc)
         except BaseException as exc:  # whatever the backend raised goes to the caller's future
             self._fail(call, exc)
         else:
@@ -417,11 +423,12 @@ class BaseBackend(ABC):
             raise InferenceTimeoutError(f"model {self.model_name!r}: deadline passed before the request started")
         return self._infer(request)
 
-    def _expire(self, call: _Call) -> None:
+    def _expire(self, call: _Call, cause: BaseException | None = None) -> None:
         waited = time.monotonic() - call.started
         error = InferenceTimeoutError(
             f"model {self.model_name!r}: no answer within the deadline of {call.timeout_s:g} s (waited {waited:.2f} s)"
         )
+        error.__cause__ = cause
         if self._fail(call, error):
             self._cancel_running(call)
 
