@@ -57,3 +57,19 @@ def test_missing_paths_and_other_files_are_refused(tmp_path: Path) -> None:
     png.write_bytes(b"\x89PNG")
     with pytest.raises(InputDataError, match="not NIfTI"):
         classify_input(png)
+
+
+def test_dicom_without_the_image_series_the_app_selects_is_refused(tmp_path: Path) -> None:
+    from monai_triton_ops.pipeline.inputs import check_dicom_images
+
+    _write_dicom(tmp_path / "IM0001")
+    assert check_dicom_images(tmp_path, modality="MR")
+    with pytest.raises(InputDataError, match=r"holds no DICOM CT image series \(found: 1 MR file\(s\)\)"):
+        check_dicom_images(tmp_path, modality="CT")
+    report = pydicom.dcmread(tmp_path / "IM0001")
+    for tag in ("Rows", "Columns", "PixelData"):
+        delattr(report, tag)
+    report.Modality = "SR"
+    report.save_as(tmp_path / "IM0001")
+    with pytest.raises(InputDataError, match=r"holds no DICOM image series \(found: 1 SR \(not an image\) file\(s\)\)"):
+        check_dicom_images(tmp_path)
