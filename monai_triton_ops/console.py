@@ -111,9 +111,10 @@ def prepare_process(*, restart: bool) -> None:
     """Raise the stack limit; with ``restart``, re-execute this process once so that it applies to every thread.
 
     Call it first thing in a process entry point, before the App SDK or Holoscan are imported:
-    the restarted process runs the same command line with the larger limit.
+    the restarted process runs the same command line with the larger limit. Once Holoscan is
+    imported a restart would repeat that import (seconds), so then only the main thread gains.
     """
-    if not raise_stack_limit() or not restart or os.environ.get(_RESTARTED_ENV):
+    if not raise_stack_limit() or not restart or os.environ.get(_RESTARTED_ENV) or "holoscan" in sys.modules:
         return
     os.environ[_RESTARTED_ENV] = "1"
     sys.stdout.flush()

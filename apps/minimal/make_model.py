@@ -13,12 +13,17 @@ metadata in step with it.
 from __future__ import annotations
 
 import argparse
+import warnings
 from pathlib import Path
 from typing import Any
 
-import torch
-from monai.data import save_net_with_metadata
-from monai.networks.nets import UNet
+# Importing MONAI imports the App SDK and with it Holoscan, which warns about the stack limit; this script
+# runs no Holoscan graph, so the warning does not apply here.
+warnings.filterwarnings("ignore", message="Current stack size", category=RuntimeWarning)
+
+import torch  # noqa: E402
+from monai.data import save_net_with_metadata  # noqa: E402
+from monai.networks.nets import UNet  # noqa: E402
 
 #: Output channels: 0 background, 1 foreground; the app's argmax turns them into labels 0 and 1.
 OUT_CHANNELS = 2
