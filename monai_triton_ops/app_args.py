@@ -172,6 +172,7 @@ def run_app(app: str | AppFactory, argv: Sequence[str] | None = None) -> int:
         if any(a in _HELP for a in args[1:]):
             print(app_help(factory, args[0] if args else "app"))
             return exits.OK
+        preflight.check_holoscan_options(args)
         instance = factory() if argv is None else factory(args)
         instance.run()
         return exits.OK

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,17 @@ def check_output_folder(path: str | os.PathLike[str]) -> Path:
     except OSError as exc:
         raise InputDataError(f"output folder {str(folder)!r} is not writable: {exc.strerror or exc}") from exc
     return folder
+
+
+def check_holoscan_options(argv: Sequence[str]) -> None:
+    """Holoscan's own ``--config FILE`` exists (Holoscan reports a missing one as a bare ``RuntimeError``)."""
+    args = list(argv)
+    for i, arg in enumerate(args):
+        value = args[i + 1] if arg == "--config" and i + 1 < len(args) else None
+        if arg.startswith("--config="):
+            value = arg.split("=", 1)[1]
+        if value is not None and not Path(value).is_file():
+            raise InputDataError(f"Holoscan configuration file {value!r} (--config) does not exist")
 
 
 def check_model_entry(spec: str, repository: str | os.PathLike[str] | None, name: str, version: int | None) -> None:

@@ -46,3 +46,10 @@ def test_an_unreadable_input_is_refused(tmp_path: Path) -> None:
         preflight.check_input(tmp_path / "missing")
     (tmp_path / "image.nii.gz").write_bytes(b"x")
     assert preflight.check_input(tmp_path / "image.nii.gz") == tmp_path / "image.nii.gz"
+
+
+def test_a_missing_holoscan_config_is_named(tmp_path: Path) -> None:
+    with pytest.raises(InputDataError, match=r"Holoscan configuration file '.*nope.yaml' \(--config\) does not exist"):
+        preflight.check_holoscan_options(["app", "-i", "x", "--config", str(tmp_path / "nope.yaml")])
+    (tmp_path / "app.yaml").write_text("")
+    preflight.check_holoscan_options(["app", f"--config={tmp_path / 'app.yaml'}"])

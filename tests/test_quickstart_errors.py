@@ -127,6 +127,9 @@ def triggers(tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch) -> dic
         ),
         "backend 'fancy' cannot be imported (...)": lambda: raised(lambda: preflight.check_backend("fancy")),
         "seg: unrecognized arguments: --bogus": lambda: raised(lambda: app_parser("seg").parse_args(["--bogus"])),
+        "Holoscan configuration file '...' (--config) does not exist": lambda: raised(
+            lambda: preflight.check_holoscan_options(["seg", "--config", str(tmp_path / "nope.yaml")])
+        ),
         "input '...' does not exist": lambda: raised(lambda: preflight.check_input(tmp_path / "nope")),
         "input '...' is not a NIfTI file (.nii or .nii.gz)": lambda: raised(
             lambda: NiftiImageLoader(Application(), input_path=empty)
