@@ -158,6 +158,7 @@ def test_a_failed_build_leaves_nothing_half_written(make_model: Callable[..., Pa
     assert snapshot(repo) == before
 
 
+@pytest.mark.usefixtures("restore_console")
 def test_a_failed_build_into_a_new_folder_creates_no_folder(
     make_model: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -12,6 +12,8 @@ from monai_triton_ops.repository.config import DynamicBatching, InstanceGroup
 
 from .conftest import snapshot
 
+pytestmark = pytest.mark.usefixtures("restore_console")
+
 
 def test_repo_build_writes_the_entry(plain_unet: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     repo = tmp_path / "repo"
