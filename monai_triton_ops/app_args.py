@@ -24,13 +24,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import console, exits, preflight
-from .backends.registry import DEFAULT_BACKEND, parse_backend_spec
 from .errors import UsageError
 
 if TYPE_CHECKING:
     from monai.deploy.core import AppContext
 
 ENV_BACKEND = "MONAI_TRITON_BACKEND"
+#: The app's default backend (``backends.registry.DEFAULT_BACKEND``; not imported here, so that ``run_app``
+#: can restart the process before torch is loaded).
+DEFAULT_BACKEND = "torch"
 ENV_ALLOW_NON_FINITE = "MONAI_TRITON_ALLOW_NON_FINITE"
 #: Keys under which our options land in ``AppContext.args``.
 BACKEND_ARG = "backend"
@@ -98,6 +100,8 @@ def resolve_backend(
     cli: str | None, *, default: str = DEFAULT_BACKEND, environ: Mapping[str, str] | None = None
 ) -> str:
     """Command line first, then the environment, then the app's default; the result is validated."""
+    from .backends.registry import parse_backend_spec
+
     env = os.environ if environ is None else environ
     spec = cli or env.get(ENV_BACKEND) or default
     parse_backend_spec(spec)  # a typo fails here, before any operator starts

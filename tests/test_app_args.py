@@ -144,3 +144,9 @@ def test_run_app_answers_help_itself(capsys: pytest.CaptureFixture[str]) -> None
     out = capsys.readouterr().out
     assert "Stands in for an Application" in out
     assert "--backend SPEC" in out
+
+
+def test_the_default_backend_is_the_registry_s() -> None:
+    from monai_triton_ops import app_args
+
+    assert app_args.DEFAULT_BACKEND == registry.DEFAULT_BACKEND
