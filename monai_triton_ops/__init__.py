@@ -1,24 +1,26 @@
 """monai-triton-ops: one App SDK inference operator, the backend chosen at run time.
 
-Heavy imports (the App SDK, Holoscan) load only when ``InferenceOperator`` is first used, so the
-backends and tools work in plain Python processes.
+Every name below is imported on first use (PEP 562), so ``import monai_triton_ops`` and the
+``monai-triton`` command start without torch, MONAI, the App SDK or Holoscan; the backends and
+tools still work in plain Python processes.
 """
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from .backends import BackendOptions as BackendOptions
-from .backends import BaseBackend as BaseBackend
-from .backends import available_backends as available_backends
-from .backends import create_backend as create_backend
-from .backends import register_backend as register_backend
 from .errors import MonaiTritonError as MonaiTritonError
-from .pipeline import InferenceSettings as InferenceSettings
-from .pipeline import run_inference as run_inference
-from .signature import ModelSignature as ModelSignature
-from .signature import TensorSpec as TensorSpec
 
 if TYPE_CHECKING:
+    from .backends import BackendOptions as BackendOptions
+    from .backends import BaseBackend as BaseBackend
+    from .backends import available_backends as available_backends
+    from .backends import create_backend as create_backend
+    from .backends import register_backend as register_backend
     from .operators import InferenceOperator as InferenceOperator
+    from .pipeline import InferenceSettings as InferenceSettings
+    from .pipeline import run_inference as run_inference
+    from .signature import ModelSignature as ModelSignature
+    from .signature import TensorSpec as TensorSpec
 
 __version__ = "0.1.0"
 __all__ = [
@@ -35,10 +37,25 @@ __all__ = [
     "run_inference",
 ]
 
+#: Public name -> the submodule that defines it.
+_LAZY = {
+    "BackendOptions": "backends",
+    "BaseBackend": "backends",
+    "available_backends": "backends",
+    "create_backend": "backends",
+    "register_backend": "backends",
+    "InferenceOperator": "operators",
+    "InferenceSettings": "pipeline",
+    "run_inference": "pipeline",
+    "ModelSignature": "signature",
+    "TensorSpec": "signature",
+}
+
 
 def __getattr__(name: str) -> Any:
-    if name == "InferenceOperator":
-        from .operators import InferenceOperator
-
-        return InferenceOperator
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value

@@ -1,64 +1,199 @@
-"""Backend choice at run time for App SDK apps: ``--backend SPEC`` > ``MONAI_TRITON_BACKEND`` > app default.
+"""The command line of an App SDK app: the App SDK's options plus ours, checked before the graph runs.
 
-The App SDK's ``parse_args`` rejects unknown options, so we extend rather than bypass it: our own
-parser takes ``--backend`` off the command line, and every other argument still goes through the
-App SDK's parser (``-i``, ``-o``, ``-m``, ``-l``...), which keeps validating them as before.
+Ours: ``--backend SPEC`` (> ``MONAI_TRITON_BACKEND`` > the app's default) and ``--allow-non-finite``
+(or ``MONAI_TRITON_ALLOW_NON_FINITE=1``). The App SDK's: ``-i -o -m -w -t -l``. The App SDK's
+``parse_args`` rejects unknown options, so we extend rather than bypass it: our options come off the
+command line and every other argument still goes through the App SDK's parser. Before it does, the
+whole command line is checked once by a parser that knows every option, so a typo is one line
+(exit 2), and so are a reserved or missing backend (exit 3), a missing input or model path and an
+output folder that cannot be written (exit 2).
+
+``run_app`` is the ``__main__`` of an app: ``--help`` that lists every option (Holoscan's own
+``--help`` would show only Holoscan's), one log level for everything, and every failure as one line
+and a documented exit code (``exits.py``).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from .backends.registry import DEFAULT_BACKEND, parse_backend_spec
+from . import console, exits, preflight
+from .errors import UsageError
 
 if TYPE_CHECKING:
     from monai.deploy.core import AppContext
 
 ENV_BACKEND = "MONAI_TRITON_BACKEND"
-#: Key under which the resolved spec is stored in ``AppContext.args``.
+#: The app's default backend (``backends.registry.DEFAULT_BACKEND``; not imported here, so that ``run_app``
+#: can restart the process before torch is loaded).
+DEFAULT_BACKEND = "torch"
+ENV_ALLOW_NON_FINITE = "MONAI_TRITON_ALLOW_NON_FINITE"
+#: Keys under which our options land in ``AppContext.args``.
 BACKEND_ARG = "backend"
+ALLOW_NON_FINITE_ARG = "allow_non_finite"
+_TRUE = {"1", "true", "yes", "on"}
+_HELP = ("-h", "--help")
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one ``UsageError`` (one line, exit 2), not usage text and exit."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message} (see '{self.prog} --help')")
 
 
 def backend_parser() -> argparse.ArgumentParser:
-    """Our options alone; ``add_help=False`` so ``--help`` reaches the App SDK parser too."""
-    parser = argparse.ArgumentParser(add_help=False)
+    """Our options alone; ``add_help=False`` so that the whole parser can include it."""
+    parser = _Parser(add_help=False)
     parser.add_argument(
         "--backend",
         metavar="SPEC",
         help=f"where the model runs: torch (default), triton, grpc://HOST:PORT, http://HOST:PORT (env {ENV_BACKEND})",
     )
+    parser.add_argument(
+        "--allow-non-finite",
+        action="store_true",
+        default=None,
+        help=f"run on images with NaN/Inf voxels instead of refusing them (env {ENV_ALLOW_NON_FINITE}=1)",
+    )
     return parser
 
 
+def app_parser(prog: str = "app", description: str | None = None) -> argparse.ArgumentParser:
+    """Every option an app accepts: the App SDK's and ours, with help (the App SDK's parser stays the judge)."""
+    parser = _Parser(prog=prog, description=description, parents=[backend_parser()], epilog=_epilog())
+    parser.add_argument("-i", "--input", metavar="PATH", help="input file or folder (default: env HOLOSCAN_INPUT_PATH)")
+    parser.add_argument("-o", "--output", metavar="DIR", help="output folder, created if missing")
+    parser.add_argument("-m", "--model", metavar="PATH", help="model repository folder (<name>/<version>/model.pt)")
+    parser.add_argument("-w", "--workdir", metavar="DIR", help="App SDK workspace folder")
+    parser.add_argument("-t", "--triton-server-netloc", metavar="HOST:PORT", help="App SDK's own Triton models")
+    parser.add_argument(
+        "-l", "--log-level", type=str.upper, choices=console.LEVELS,
+        help="DEBUG (also Holoscan's log and tracebacks), INFO, WARN (default), ERROR, CRITICAL",
+    )  # fmt: skip
+    return parser
+
+
+def _epilog() -> str:
+    codes = "; ".join(f"{code} {text}" for code, text in exits.MEANINGS.items())
+    return f"Holoscan's own options (--config, --driver, --worker, ...) are passed to Holoscan. Exit codes: {codes}."
+
+
 def split_backend_args(argv: Sequence[str]) -> tuple[str | None, list[str]]:
-    """``(--backend value or None, argv without it)``; ``argv[0]`` is the program, as in ``sys.argv``."""
+    """``(--backend value or None, argv without our options)``; ``argv[0]`` is the program, as in ``sys.argv``."""
+    known, rest = _split(argv)
+    return known.backend, rest
+
+
+def _split(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     known, rest = backend_parser().parse_known_args(list(argv[1:]))
-    return known.backend, [argv[0], *rest] if argv else rest
+    return known, [argv[0], *rest] if argv else rest
 
 
 def resolve_backend(
     cli: str | None, *, default: str = DEFAULT_BACKEND, environ: Mapping[str, str] | None = None
 ) -> str:
     """Command line first, then the environment, then the app's default; the result is validated."""
+    from .backends.registry import parse_backend_spec
+
     env = os.environ if environ is None else environ
     spec = cli or env.get(ENV_BACKEND) or default
     parse_backend_spec(spec)  # a typo fails here, before any operator starts
     return spec
 
 
+def resolve_allow_non_finite(cli: bool | None, *, environ: Mapping[str, str] | None = None) -> bool:
+    """``--allow-non-finite``, else ``MONAI_TRITON_ALLOW_NON_FINITE`` (1/true/yes/on), else False."""
+    env = os.environ if environ is None else environ
+    return bool(cli) or env.get(ENV_ALLOW_NON_FINITE, "").strip().lower() in _TRUE
+
+
+def allow_non_finite_from(app_context: AppContext | None) -> bool:
+    """What the app context (or, without one, the environment) says about NaN/Inf voxels."""
+    if app_context is not None and ALLOW_NON_FINITE_ARG in app_context.args:
+        return str(app_context.args[ALLOW_NON_FINITE_ARG]).lower() in _TRUE
+    return resolve_allow_non_finite(None)
+
+
 def init_app_context(argv: Sequence[str] | None = None, *, default_backend: str = DEFAULT_BACKEND) -> AppContext:
-    """The App SDK's ``init_app_context`` plus ``--backend``; the spec lands in ``context.args['backend']``."""
+    """The App SDK's ``init_app_context`` plus our options, after the checks that need no graph.
+
+    The spec lands in ``context.args['backend']``, the NaN/Inf choice in ``context.args['allow_non_finite']``.
+    """
     from monai.deploy.core import init_app_context as sdk_init_app_context
 
     argv = list(sys.argv if argv is None else argv)
-    if any(a in ("-h", "--help") for a in argv[1:]):
-        backend_parser().print_help()
-    cli, rest = split_backend_args(argv)
-    spec = resolve_backend(cli, default=default_backend)
-    context = sdk_init_app_context(rest)
+    if any(a in _HELP for a in argv[1:]):
+        app_parser(Path(argv[0]).name if argv else "app").print_help()
+        raise SystemExit(exits.OK)
+    args = app_parser(Path(argv[0]).name if argv else "app").parse_args(argv[1:])  # UsageError: one line
+    ours, rest = _split(argv)
+    spec = resolve_backend(ours.backend, default=default_backend)
+    preflight.check_backend(spec)  # reserved or not installed: exit 3 here, not when the graph runs
+    _check_paths(args)
+    level = args.log_level or console.DEFAULT_LEVEL
+    console.configure_holoscan(level)
+    context = sdk_init_app_context(rest if args.log_level else [*rest, "-l", level])
     context.args[BACKEND_ARG] = spec
+    context.args[ALLOW_NON_FINITE_ARG] = str(resolve_allow_non_finite(ours.allow_non_finite)).lower()
     return context
+
+
+def _check_paths(args: argparse.Namespace) -> None:
+    """Input readable, model path present, output folder writable: what the App SDK's parser would only half check."""
+    from monai.deploy.core import RuntimeEnv
+
+    env = RuntimeEnv()
+    preflight.check_input(args.input or env.input)
+    if args.model:
+        preflight.check_model_configs(preflight.check_model_path(args.model))
+    preflight.check_output_folder(args.output or env.output)
+
+
+AppFactory = Callable[..., Any]
+
+
+def run_app(app: str | AppFactory, argv: Sequence[str] | None = None) -> int:
+    """Run an App SDK ``Application`` as a command; returns the exit code (``sys.exit(run_app(...))``).
+
+    ``app`` is the class, or ``"module:Class"`` to import it only after the stack limit is raised
+    (Holoscan checks it on import). With ``argv=None`` (a real process) ``sys.argv`` is used and the
+    process may restart itself once with a larger stack (``console.prepare_process``).
+    """
+    args = list(sys.argv if argv is None else argv)
+    console.prepare_process(restart=argv is None)
+    level = console.level_from_argv(args)
+    console.configure(level)
+
+    def body() -> int:
+        factory = _load(app)
+        if any(a in _HELP for a in args[1:]):
+            print(app_help(factory, args[0] if args else "app"))
+            return exits.OK
+        preflight.check_holoscan_options(args)
+        instance = factory() if argv is None else factory(args)
+        instance.run()
+        return exits.OK
+
+    return exits.run_guarded(body, debug=level == "DEBUG")
+
+
+def app_help(app: Any, program: str) -> str:
+    """The ``--help`` text of an app: its docstring's first line and every option it accepts."""
+    doc = (getattr(app, "__doc__", None) or "").strip().splitlines()
+    return app_parser(Path(program).name, doc[0] if doc else None).format_help()
+
+
+def _load(app: str | AppFactory) -> AppFactory:
+    if not isinstance(app, str):
+        return app
+    module_name, _, attribute = app.partition(":")
+    module = importlib.import_module(module_name)
+    factory: AppFactory = getattr(module, attribute)
+    return factory

@@ -1,41 +1,56 @@
-"""``monai-triton``: thin command line over the library.
+"""monai-triton: run App SDK apps on any backend; build, check and serve model repositories.
 
-monai-triton exec APP -i IN -o OUT -m MODELS [--backend SPEC] [-l LEVEL]
-monai-triton repo build MODEL -o REPO --name NAME [--flavor python|libtorch] [--input-shape 1,1,96,96,96 ...] [...]
-monai-triton config MODEL [--name NAME] [same options as repo build]
-monai-triton serve REPO [--http-port N] [--grpc-port N] [--metrics-port N] [--server-path P]
+    monai-triton exec APP -i IN -o OUT -m MODELS [--backend SPEC] [-w DIR] [-t HOST:PORT] [--allow-non-finite]
+    monai-triton repo build MODEL -o REPO --name NAME [--flavor python|libtorch] [--input-shape 1,1,96,96,96 ...]
+    monai-triton repo check REPO
+    monai-triton repo describe MODEL
+    monai-triton config MODEL [--name NAME] [same options as repo build]
+    monai-triton serve REPO [--http-port N] [--grpc-port N] [--metrics-port N] [--server-path P]
+
+Every command takes ``-l LEVEL`` (``console.py``) and ends in ``exits.py``: a failure is one line on
+stderr and exit code 2 (bad input or usage), 3 (backend or server unavailable) or 1 (a bug), the
+traceback only with ``-l DEBUG``. Imports are lazy, so ``--help`` and ``--version`` load no torch.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import runpy
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import MonaiTritonError
+from . import __version__, console, exits
+from .errors import ConfigError, UsageError
 
-logger = logging.getLogger(__name__)
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one ``UsageError`` line (exit 2) instead of argparse's usage text."""
+
+    def error(self, message: str) -> Any:
+        raise UsageError(f"{self.prog}: {message} (see '{self.prog} --help')")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=getattr(args, "log_level", None) or "INFO", format="%(levelname)s %(name)s: %(message)s")
     try:
-        return int(args.handler(args) or 0)
-    except MonaiTritonError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    except UsageError as exc:
+        return exits.report(exc)
+    except SystemExit as exc:  # --help, --version
+        return exits.system_exit_code(exc)
+    args.process = argv is None  # a real process may restart itself (stack limit) before running an app
+    level = args.log_level or args.default_level
+    console.configure(level)
+    return exits.run_guarded(lambda: args.handler(args), debug=level == "DEBUG")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="monai-triton", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+    codes = ", ".join(f"{code} {text}" for code, text in exits.MEANINGS.items())
+    parser = _Parser(prog="monai-triton", description=(__doc__ or "").split("\n\n")[0], epilog=f"Exit codes: {codes}.")
+    parser.add_argument("--version", action="version", version=f"monai-triton {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_exec(commands)
     _add_repo(commands)
     _add_config(commands)
@@ -43,39 +58,58 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_exec(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_log_level(p: argparse.ArgumentParser, default: str = console.DEFAULT_LEVEL) -> None:
+    p.add_argument(
+        "-l", "--log-level", type=str.upper, choices=console.LEVELS, metavar="LEVEL",
+        help=f"DEBUG (everything: Holoscan's log, tracebacks), INFO, WARN, ERROR or CRITICAL (default: {default})",
+    )  # fmt: skip
+    p.set_defaults(default_level=default)
+
+
+def _add_exec(commands: argparse._SubParsersAction[Any]) -> None:
     p = commands.add_parser("exec", help="run an App SDK application (folder with __main__.py, or a .py file)")
-    p.add_argument("app", type=Path, help="application folder or script")
+    p.add_argument("app", type=Path, help="application folder (with __main__.py) or script")
     p.add_argument("-i", "--input", required=True, help="input file or folder")
-    p.add_argument("-o", "--output", required=True, help="output folder")
+    p.add_argument("-o", "--output", required=True, help="output folder (created if missing)")
     p.add_argument("-m", "--model", required=True, help="model repository folder")
-    p.add_argument("--backend", help="backend spec: torch, triton, grpc://HOST:PORT, http://HOST:PORT")
-    p.add_argument("-l", "--log-level", type=str.upper, choices=["DEBUG", "INFO", "WARN", "ERROR", "CRITICAL"])
+    p.add_argument("--backend", metavar="SPEC", help="where the model runs: torch (default) or a later backend's spec")
+    p.add_argument("-w", "--workdir", help="App SDK workspace folder, passed to the app")
+    p.add_argument("-t", "--triton-server-netloc", metavar="HOST:PORT", help="App SDK option, passed to the app")
+    p.add_argument("--allow-non-finite", action="store_true", help="run on images with NaN/Inf voxels")
+    _add_log_level(p)
     p.set_defaults(handler=_run_exec)
 
 
 def _run_exec(args: argparse.Namespace) -> int:
     """Run the app in this process with the argv it would get from ``python APP ...``."""
+    console.prepare_process(restart=args.process)  # before anything imports Holoscan
     app = args.app
     if not (app.is_file() or (app / "__main__.py").is_file()):
-        print(f"error: {str(app)!r} is neither a .py file nor a folder with __main__.py", file=sys.stderr)
-        return 2
-    argv = [str(app), "-i", args.input, "-o", args.output, "-m", args.model]
+        raise UsageError(f"{str(app)!r} is neither a .py file nor a folder with __main__.py")
     if args.backend:
-        argv += ["--backend", args.backend]
-    if args.log_level:
-        argv += ["-l", args.log_level]
+        from .preflight import check_backend
+
+        check_backend(args.backend)  # a reserved backend fails here, before the app is even imported
+    argv = [str(app), "-i", args.input, "-o", args.output, "-m", args.model]
+    for flag, value in (("--backend", args.backend), ("-l", args.log_level), ("-w", args.workdir),
+                        ("-t", args.triton_server_netloc)):  # fmt: skip
+        if value:
+            argv += [flag, value]
+    if args.allow_non_finite:
+        argv.append("--allow-non-finite")
     saved, sys.argv = sys.argv, argv
     try:
         runpy.run_path(str(app), run_name="__main__")
+    except SystemExit as exc:  # an app whose __main__ ends in sys.exit(run_app(...)) has reported already
+        return exits.system_exit_code(exc)
     finally:
         sys.argv = saved
-    return 0
+    return exits.OK
 
 
-def _add_repo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    repo = commands.add_parser("repo", help="model repository tools")
-    actions = repo.add_subparsers(dest="action", required=True)
+def _add_repo(commands: argparse._SubParsersAction[Any]) -> None:
+    repo = commands.add_parser("repo", help="model repository tools: build, check, describe")
+    actions = repo.add_subparsers(dest="action", required=True, metavar="ACTION")
     p = actions.add_parser("build", help="write a TorchScript model into a Triton model repository")
     p.add_argument("-o", "--output", required=True, type=Path, help="model repository folder (created if missing)")
     p.add_argument("--name", required=True, help="model name: the folder name inside the repository")
@@ -83,9 +117,19 @@ def _add_repo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     p.add_argument("--force", action="store_true", help="replace an existing model of that name (all versions)")
     _add_model_options(p)
     p.set_defaults(handler=_run_repo_build)
+    p = actions.add_parser("check", help="parse every model's config.pbtxt, compare it with the model file, list all")
+    p.add_argument("repository", type=Path, help="model repository folder")
+    _add_log_level(p)
+    p.set_defaults(handler=_run_repo_check)
+    p = actions.add_parser("describe", help="print a model's signature: named inputs and outputs, dtypes, shapes")
+    p.add_argument("model", type=Path, help="a model file (.pt/.ts/.pt2), or a model folder <repo>/<name>")
+    p.add_argument("--input-shape", action="append", type=_shape, metavar="D,D,...", help="probe shape, batch first")
+    p.add_argument("--bundle-metadata", type=Path, help="MONAI bundle folder or its configs/metadata.json")
+    _add_log_level(p)
+    p.set_defaults(handler=_run_repo_describe)
 
 
-def _add_config(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_config(commands: argparse._SubParsersAction[Any]) -> None:
     p = commands.add_parser("config", help="print the config.pbtxt that 'repo build' would write")
     p.add_argument("--name", help="model name (default: the model file name without its suffix)")
     _add_model_options(p)
@@ -95,7 +139,10 @@ def _add_config(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 def _add_model_options(p: argparse.ArgumentParser) -> None:
     """What describes the model and how Triton serves it; shared by 'repo build' and 'config'."""
     p.add_argument("model", type=Path, help="TorchScript file (.pt/.ts)")
-    p.add_argument("--flavor", choices=["python", "libtorch"], default="python", help="default: %(default)s")
+    p.add_argument(
+        "--flavor", choices=["python", "libtorch"], default="python",
+        help="python: a runner for the wheel's server; libtorch: NGC containers (default: %(default)s)",
+    )  # fmt: skip
     p.add_argument(
         "--input-shape", action="append", type=_shape, metavar="D,D,...",
         help="example input shape, batch first; once per forward() argument (needed without MONAI metadata)",
@@ -104,11 +151,12 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-batch-size", type=int, default=0, help="0: batch dim is explicit (default)")
     p.add_argument("--bundle-metadata", type=Path, help="MONAI bundle folder or its configs/metadata.json")
     p.add_argument("--dynamic-batching", action="store_true", help="enable Triton's dynamic batcher")
-    p.add_argument("--preferred-batch-size", type=int, nargs="+", default=[], metavar="N")
+    p.add_argument("--preferred-batch-size", type=int, nargs="+", default=[], metavar="N",
+                   help="batch sizes the dynamic batcher aims for (enables it)")  # fmt: skip
     p.add_argument("--max-queue-delay-us", type=int, help="dynamic batcher queue delay in microseconds")
     p.add_argument("--instance-kind", help="cpu, gpu, auto (or KIND_CPU, KIND_GPU, KIND_AUTO)")
     p.add_argument("--instance-count", type=int, help="model instances per device")
-    p.add_argument("-l", "--log-level", type=str.upper, choices=["DEBUG", "INFO", "WARN", "ERROR", "CRITICAL"])
+    _add_log_level(p)
 
 
 def _shape(text: str) -> tuple[int, ...]:
@@ -151,7 +199,28 @@ def _run_repo_build(args: argparse.Namespace) -> int:
         args.model, args.output, args.name, version=args.version, force=args.force, **_model_options(args)
     )
     print(f"wrote {folder}")
-    return 0
+    return exits.OK
+
+
+def _run_repo_check(args: argparse.Namespace) -> int:
+    from .repository.check import check_repository, render_reports
+
+    reports = check_repository(args.repository)
+    if not reports:
+        print(f"warning: model repository {str(args.repository)!r} holds no models", file=sys.stderr)
+        return exits.OK
+    sys.stdout.write(render_reports(reports))
+    failed = [r.name for r in reports if r.problems]
+    if failed:
+        raise ConfigError(f"{len(failed)} of {len(reports)} model(s) have problems (listed above): {failed}")
+    return exits.OK
+
+
+def _run_repo_describe(args: argparse.Namespace) -> int:
+    from .repository.check import describe_path, render_description
+
+    sys.stdout.write(render_description(describe_path(args.model, args.input_shape, args.bundle_metadata)))
+    return exits.OK
 
 
 def _run_config(args: argparse.Namespace) -> int:
@@ -159,10 +228,10 @@ def _run_config(args: argparse.Namespace) -> int:
 
     _, _, text = generate_config(args.model, args.name or args.model.stem, **_model_options(args))
     sys.stdout.write(text)
-    return 0
+    return exits.OK
 
 
-def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_serve(commands: argparse._SubParsersAction[Any]) -> None:
     p = commands.add_parser("serve", help="serve a model repository with a local tritonserver until Ctrl-C")
     p.add_argument("repository", type=Path, help="model repository folder")
     p.add_argument("--http-port", type=int, help="default: a free port")
@@ -171,15 +240,18 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--server-path", type=Path, help="tritonserver binary or install folder (default: wheel)")
     p.add_argument("--startup-timeout", type=float, default=120.0, help="seconds (default: %(default)s)")
     p.add_argument("--log-path", type=Path, help="keep the server log in this file")
-    p.add_argument("-l", "--log-level", type=str.upper, choices=["DEBUG", "INFO", "WARN", "ERROR", "CRITICAL"])
+    _add_log_level(p, default="INFO")
     p.set_defaults(handler=_run_serve)
 
 
 def _run_serve(args: argparse.Namespace) -> int:
-    """Run the server in the foreground; print where it listens once it is ready."""
+    """Run the server in the foreground; print where it listens and what it serves once it is ready."""
     from .server import LocalTritonServer
     from .server.foreground import run_in_foreground
+    from .server.health import repository_index
 
+    if not _model_folders(args.repository):
+        print(f"warning: model repository {str(args.repository)!r} holds no models; serving nothing", file=sys.stderr)
     server = LocalTritonServer(
         args.repository,
         http_port=args.http_port,
@@ -196,8 +268,17 @@ def _run_serve(args: argparse.Namespace) -> int:
         print(f"gRPC    {server.grpc_url}", flush=True)
         print(f"metrics {server.metrics_url}", flush=True)
         print(f"log     {server.log_path}", flush=True)
+        index = repository_index(server.http_url, timeout_s=10.0) or []
+        for entry in sorted(index, key=lambda e: str(e.get("name"))):
+            print(f"model   {entry.get('name')} version {entry.get('version') or '?'} {entry.get('state')}", flush=True)
 
     return run_in_foreground(server, on_ready=announce)
+
+
+def _model_folders(repository: Path) -> list[Path]:
+    if not repository.is_dir():
+        return [repository]  # not a folder: the server says so, with its own error
+    return [p for p in repository.iterdir() if p.is_dir() and not p.name.startswith(".")]
 
 
 if __name__ == "__main__":

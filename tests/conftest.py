@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +92,23 @@ def make_repo(tmp_path: Path) -> Callable[..., Path]:
 @pytest.fixture
 def unet_repo(make_repo: Callable[..., Path]) -> Path:
     return make_repo("unet", tiny_unet(), UNET_META)
+
+
+@pytest.fixture
+def restore_console(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Commands run in-process set log levels (ours, Holoscan's) for the process; put them back afterwards."""
+    import logging
+    import sys
+
+    from monai_triton_ops import console
+
+    root = logging.getLogger()
+    level = root.level
+    monkeypatch.setenv(console.HOLOSCAN_ENV, os.environ.get(console.HOLOSCAN_ENV, "CRITICAL"))
+    holoscan = sys.modules.get("holoscan.logger")
+    before = holoscan.log_level() if holoscan is not None else None
+    yield
+    root.setLevel(level)
+    holoscan = sys.modules.get("holoscan.logger")
+    if holoscan is not None:
+        holoscan.set_log_level(before if before is not None else holoscan.LogLevel.CRITICAL)

@@ -25,11 +25,12 @@ from transforms import post_transforms, pre_transforms
 from monai_triton_ops import InferenceOperator
 from monai_triton_ops.app_args import init_app_context
 from monai_triton_ops.operators.nifti import NiftiImageLoader, NiftiImageWriter
-from monai_triton_ops.pipeline.inputs import classify_input
+from monai_triton_ops.pipeline.inputs import check_dicom_images, classify_input
 
 MODEL_NAME = "brain_tissue_seg"
 VERSION = "0.1.0"
 #: Pick the MR series of the study (the App SDK selector's JSON rules).
+MODALITY = "MR"
 SERIES_RULES = '{"selections": [{"name": "T1", "conditions": {"Modality": "(?i)MR"}}]}'
 
 logger = logging.getLogger(__name__)
@@ -42,6 +43,8 @@ class BrainTissueSegApp(Application):
         context = init_app_context(self.argv)
         input_path, output = Path(context.input_path), Path(context.output_path)
         kind = classify_input(input_path)  # empty folder / no DICOM fails here, before anything runs
+        if kind == "dicom":
+            check_dicom_images(input_path, modality=MODALITY)  # DICOM without an MR image series, too
         logger.info("input %s (%s), output %s, backend %s", input_path, kind, output, context.args["backend"])
 
         infer = InferenceOperator(
@@ -91,4 +94,8 @@ def segment_descriptions() -> list[SegmentDescription]:
 
 
 if __name__ == "__main__":
-    BrainTissueSegApp().run()
+    import sys
+
+    from monai_triton_ops.app_args import run_app
+
+    sys.exit(run_app(BrainTissueSegApp))

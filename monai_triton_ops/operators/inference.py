@@ -1,9 +1,16 @@
-"""The App SDK operator: one ``InferenceOperator`` whose backend is chosen at run time.
+"""The App SDK operator: one ``InferenceOperator`` whose backend is chosen at run time (public API).
 
 Heavy work happens in ``start()`` (create and open the backend: load TorchScript, connect to a
 server), release in ``stop()``; ``compute()`` only moves data through ``compute_impl``, which
 calls the Holoscan-free pipeline. The backend spec comes from the app context (``--backend``,
 ``MONAI_TRITON_BACKEND``) unless the app passes one explicitly.
+
+What can be checked without loading the model is checked when the app composes its graph, before
+anything runs: the backend exists, and for a local backend the model folder, its version folder,
+``config.pbtxt`` and model file. Each image is checked for NaN/Inf voxels before the model sees it.
+
+Pass ``name=`` (a Holoscan operator argument): it names the operator in every log line and error,
+where an unnamed one shows up as ``unnamed_operator_1``.
 """
 
 from __future__ import annotations
@@ -17,12 +24,14 @@ import torch
 from monai.deploy.core import AppContext, Fragment, Image, OperatorSpec
 from monai.deploy.operators import InferenceOperator as SdkInferenceOperator
 
-from ..app_args import BACKEND_ARG, resolve_backend
+from ..app_args import BACKEND_ARG, allow_non_finite_from, resolve_backend
 from ..backends.base import BaseBackend
 from ..backends.registry import create_backend
 from ..errors import BackendStateError, ConfigError, InputDataError
+from ..pipeline.checks import check_finite, image_context
 from ..pipeline.image import from_channel_first, to_channel_first
 from ..pipeline.run import InferenceSettings, Transform, run_inference
+from ..preflight import check_model_entry
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +44,12 @@ class InferenceOperator(SdkInferenceOperator):
 
     The output keeps the input's metadata and voxel order, so the App SDK's DICOM SEG writer and
     NIfTI writers downstream see the same geometry as the input.
+
+    ``model_name`` is the model's folder name in the repository (``-m``). ``pre_transforms`` get the
+    image channel first, ``(C, W, H, D)`` (the NIfTI ``i, j, k`` order) as a ``MetaTensor`` with its
+    affine; ``post_transforms`` get the model's output for the whole image, ``(C_out, W, H, D)``.
+    Non-finite voxels are refused unless the app context allows them (``--allow-non-finite``) or
+    ``allow_non_finite`` is set to True after construction.
     """
 
     INPUT_PORT = "image"
@@ -73,6 +88,10 @@ class InferenceOperator(SdkInferenceOperator):
         self.settings_overrides = dict(settings_overrides or {})
         self.pre_transforms = pre_transforms
         self.post_transforms = post_transforms
+        self.allow_non_finite = allow_non_finite_from(app_context)
+        if self.backend_spec is not None:  # before the graph runs
+            options = self.backend_options
+            check_model_entry(self.backend_spec, options.get("model_repository"), model_name, options.get("version"))
         self._backend: BaseBackend | None = None
         self._settings: InferenceSettings | None = None
         self._lock = threading.Lock()
@@ -138,17 +157,20 @@ class InferenceOperator(SdkInferenceOperator):
         spatial_rank = len(signature.inputs[0].full_shape(signature.max_batch_size)) - 2
         array = data.asnumpy() if isinstance(data, Image) else data
         metadata = data.metadata() if isinstance(data, Image) else {}
-        return to_channel_first(array, metadata or {}, spatial_rank=spatial_rank, model=self.model_name)
+        tensor = to_channel_first(array, metadata or {}, spatial_rank=spatial_rank, model=self.model_name)
+        check_finite(tensor, model=self.model_name, allow=self.allow_non_finite)
+        return tensor
 
     def predict(self, data: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
         """Transforms, inferer and backend, through the shared pipeline."""
-        return run_inference(
-            data,
-            self.backend,
-            self.settings,
-            pre_transforms=self.pre_transforms,
-            post_transforms=self.post_transforms,
-        )
+        with image_context(data, self.settings, model=self.model_name):  # errors name the image, not a patch
+            return run_inference(
+                data,
+                self.backend,
+                self.settings,
+                pre_transforms=self.pre_transforms,
+                post_transforms=self.post_transforms,
+            )
 
     def post_process(self, data: Any, *args: Any, **kwargs: Any) -> Any:
         """Back to the input's voxel order (``(D, H, W)``), as numpy for the App SDK writers."""

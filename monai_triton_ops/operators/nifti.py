@@ -1,9 +1,15 @@
-"""NIfTI in and out as App SDK ``Image`` objects with their affine.
+"""NIfTI in and out as App SDK ``Image`` objects with their affine: public API for apps.
 
-The App SDK's own ``NiftiDataLoader`` emits a bare array without the affine, so a NIfTI output
-could not keep the input's geometry. These operators use the same conventions as the App SDK's
-DICOM series-to-volume operator: the array in ``(D, H, W)`` order and the voxel-to-RAS affine
-under ``affine`` / ``nifti_affine_transform``, so one inference operator serves both paths.
+The App SDK's own ``NiftiDataLoader`` emits a bare array without the affine (and needs SimpleITK),
+so a NIfTI output could not keep the input's geometry. These operators use the same conventions as
+the App SDK's DICOM series-to-volume operator: the array in ``(D, H, W)`` order, channels last
+(``(D, H, W, C)``), and the voxel-to-RAS affine under ``affine`` / ``nifti_affine_transform``, so
+one inference operator serves both paths.
+
+A 4D NIfTI ``(X, Y, Z, C)`` is read as ``C`` channels (a 5D ``(X, Y, Z, 1, C)`` vector image too):
+only the spatial axes are reversed, the channel axis stays last. Both operators check their path
+when the graph is composed, so a missing input or an unwritable output folder fails before anything
+runs.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from monai.deploy.core import Operator as SdkOperator
 from ..errors import InputDataError
 from ..pipeline.image import affine_of
 from ..pipeline.inputs import NIFTI_SUFFIXES
+from ..preflight import check_input, check_output_folder
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +45,7 @@ def read_nifti(path: Path) -> Image:
         volume = nib.load(str(path))
         if not isinstance(volume, nib.Nifti1Image | nib.Nifti2Image):
             raise InputDataError(f"{str(path)!r} is a {type(volume).__name__}, not a NIfTI image")
-        data = np.asarray(volume.dataobj, dtype=np.float32)
+        data = _channels_last(np.asarray(volume.dataobj, dtype=np.float32), path)
     except InputDataError:
         raise
     except Exception as exc:  # nibabel raises many types for damaged files
@@ -53,12 +60,31 @@ def read_nifti(path: Path) -> Image:
         "depth_pixel_spacing": float(spacing[2]),
         "source_path": str(path),
     }
-    return Image(np.ascontiguousarray(data.T), metadata=metadata)
+    return Image(np.ascontiguousarray(_swap_spatial(data)), metadata=metadata)
+
+
+def _channels_last(data: np.ndarray, path: Path) -> np.ndarray:
+    """NIfTI data as ``(X, Y, Z)`` or ``(X, Y, Z, C)``: a 5D vector image drops its time axis of 1."""
+    if data.ndim == 5 and data.shape[3] == 1:
+        data = data[:, :, :, 0, :]
+    if not 2 <= data.ndim <= 4:
+        raise InputDataError(
+            f"{str(path)!r}: a NIfTI of shape {list(data.shape)} is not an image this reader knows "
+            "(2D, 3D, 4D with channels last, or 5D (X, Y, Z, 1, C))"
+        )
+    return data
+
+
+def _swap_spatial(data: np.ndarray) -> np.ndarray:
+    """NIfTI ``(X, Y, Z[, C])`` <-> App SDK ``(D, H, W[, C])``: the spatial axes reversed, a channel axis kept last."""
+    if data.ndim == 4:
+        return np.transpose(data, (2, 1, 0, 3))
+    return data.T
 
 
 def write_nifti(image: Image, path: Path, *, dtype: np.dtype[Any] | type = np.uint8) -> Path:
-    """Write ``image`` (``(D, H, W)`` order) with its affine; atomic, so no half-written file is left."""
-    data = np.asarray(image.asnumpy()).T.astype(dtype)
+    """Write ``image`` (``(D, H, W[, C])`` order) with its affine; atomic, so no half-written file is left."""
+    data = _swap_spatial(np.asarray(image.asnumpy())).astype(dtype)
     affine = affine_of(image.metadata() or {})
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix="".join(path.suffixes))
@@ -75,10 +101,16 @@ def write_nifti(image: Image, path: Path, *, dtype: np.dtype[Any] | type = np.ui
 
 
 class NiftiImageLoader(SdkOperator):  # type: ignore[misc]
-    """Emits the NIfTI file at ``input_path`` as an ``Image`` on port ``image``."""
+    """Emits the NIfTI file at ``input_path`` as an ``Image`` on port ``image``.
 
-    def __init__(self, fragment: Fragment, *args: Any, input_path: Path, **kwargs: Any) -> None:
-        self.input_path = Path(input_path)
+    Give it ``CountCondition(app, 1)`` to read the file once; without a condition the App SDK
+    calls ``compute`` again and again, and the graph never stops.
+    """
+
+    def __init__(self, fragment: Fragment, *args: Any, input_path: str | os.PathLike[str], **kwargs: Any) -> None:
+        self.input_path = check_input(input_path)
+        if not self.input_path.is_file() or not is_nifti(self.input_path):
+            raise InputDataError(f"input {str(self.input_path)!r} is not a NIfTI file (.nii or .nii.gz)")
         super().__init__(fragment, *args, **kwargs)
 
     def setup(self, spec: OperatorSpec) -> None:
@@ -89,12 +121,17 @@ class NiftiImageLoader(SdkOperator):  # type: ignore[misc]
 
 
 class NiftiImageWriter(SdkOperator):  # type: ignore[misc]
-    """Writes the ``Image`` on port ``seg_image`` to ``output_folder/filename`` with its affine."""
+    """Writes the ``Image`` on port ``seg_image`` to ``output_folder/filename`` (uint8) with its affine."""
 
     def __init__(
-        self, fragment: Fragment, *args: Any, output_folder: Path, filename: str = "seg.nii.gz", **kwargs: Any
+        self,
+        fragment: Fragment,
+        *args: Any,
+        output_folder: str | os.PathLike[str],
+        filename: str = "seg.nii.gz",
+        **kwargs: Any,
     ) -> None:
-        self.output_path = Path(output_folder) / filename
+        self.output_path = check_output_folder(output_folder) / filename
         super().__init__(fragment, *args, **kwargs)
 
     def setup(self, spec: OperatorSpec) -> None:

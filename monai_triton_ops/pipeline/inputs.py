@@ -1,20 +1,26 @@
 """What an app was given as input: a NIfTI file or a folder holding a DICOM series.
 
-Checked before the graph runs, so an empty folder or a folder without DICOM fails at once with a
-message naming the path, and no operator writes anything.
+Checked before the graph runs, so an empty folder, a folder without DICOM, or DICOM without the
+image series the app selects fails at once with a message naming the path (and, for DICOM, the
+series that are there), and no operator writes anything.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Literal
 
+import pydicom
+from pydicom.errors import InvalidDicomError
 from pydicom.misc import is_dicom
 
 from ..errors import InputDataError
 
 InputKind = Literal["nifti", "dicom"]
 NIFTI_SUFFIXES = (".nii", ".nii.gz")
+#: Modalities of DICOM objects that are not images a model can segment (segmentations, reports, RT structures...).
+NON_IMAGE_MODALITIES = frozenset({"SEG", "SR", "RTSTRUCT", "RTPLAN", "RTDOSE", "PR", "KO", "REG", "DOC"})
 
 
 def classify_input(path: str | Path) -> InputKind:
@@ -36,6 +42,28 @@ def classify_input(path: str | Path) -> InputKind:
     raise InputDataError(
         f"input folder {str(path)!r} holds no DICOM series ({len(files)} file(s), none of them DICOM){hint}"
     )
+
+
+def check_dicom_images(path: str | Path, *, modality: str | None = None) -> Path:
+    """A file of the first DICOM image series in ``path`` (of ``modality`` when given); else ``InputDataError``.
+
+    Headers only are read, and reading stops at the first match.
+    """
+    folder = Path(path)
+    found: Counter[str] = Counter()
+    for file in sorted(p for p in folder.rglob("*") if p.is_file()):
+        try:
+            ds = pydicom.dcmread(file, stop_before_pixels=True)
+        except (InvalidDicomError, OSError, ValueError):
+            continue
+        kind = str(getattr(ds, "Modality", "") or "no modality")
+        is_image = "Rows" in ds and "Columns" in ds and kind.upper() not in NON_IMAGE_MODALITIES
+        if is_image and (modality is None or kind.upper() == modality.upper()):
+            return file
+        found[kind if is_image else f"{kind} (not an image)"] += 1
+    wanted = f"{modality} image series" if modality else "image series"
+    seen = ", ".join(f"{count} {kind} file(s)" for kind, count in sorted(found.items())) or "no readable DICOM file"
+    raise InputDataError(f"input folder {str(folder)!r} holds no DICOM {wanted} (found: {seen})")
 
 
 def _is_dicom(path: Path) -> bool:

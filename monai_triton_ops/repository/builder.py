@@ -112,24 +112,47 @@ def build_repository(
     source, options = entry_parameters(model_path, name, keywords)
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise ConfigError(f"model {name!r}: version must be an integer >= 1, got {version!r}")
-    repo = _repository_folder(repository)
+    repo = Path(repository)
+    if repo.exists() and not repo.is_dir():
+        raise RepositoryError(f"model repository {str(repo)!r} exists and is not a folder")
     target = repo / name
     _check_free(target, name, force)
     signature, text = render_entry(source, options)
+    created = _repository_folder(repo)  # only now: a failure above leaves no empty folder behind
+    try:
+        _stage_and_swap(repo, target, Path(model_path), text, version, signature, options, force)
+    except BaseException:
+        for folder in created:  # the folders this call made, deepest first
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+    logger.info("wrote model %r version %d (%s flavour) to %s", name, version, options.flavor, target)
+    return target
+
+
+def _stage_and_swap(
+    repo: Path,
+    target: Path,
+    model_path: Path,
+    text: str,
+    version: int,
+    signature: ModelSignature,
+    options: ConfigOptions,
+    force: bool,
+) -> None:
+    """Write the entry into a hidden staging folder, check it, then rename it into place."""
+    name = target.name
     try:
         staging = Path(tempfile.mkdtemp(prefix=f".{name}.staging-", dir=repo))
     except OSError as exc:
         raise RepositoryError(f"cannot write into model repository {str(repo)!r}: {exc}") from exc
     try:
-        _write_entry(staging, Path(model_path), text, version, options)
+        _write_entry(staging, model_path, text, version, options)
         check_config_text((staging / layout.CONFIG_FILENAME).read_text(encoding="utf-8"), signature, options)
         _swap_in(staging, target, name, force)
     except OSError as exc:
         raise RepositoryError(f"cannot write model {name!r} into {str(repo)!r}: {exc}") from exc
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    logger.info("wrote model %r version %d (%s flavour) to %s", name, version, options.flavor, target)
-    return target
 
 
 def check_config_text(text: str, signature: ModelSignature, options: ConfigOptions) -> None:
@@ -155,15 +178,16 @@ def _check_servable(description: ModelDescription, options: ConfigOptions) -> No
         check_libtorch_names(signature, description.argument_names)
 
 
-def _repository_folder(repository: str | Path) -> Path:
-    repo = Path(repository)
-    if repo.exists() and not repo.is_dir():
-        raise RepositoryError(f"model repository {str(repo)!r} exists and is not a folder")
+def _repository_folder(repo: Path) -> list[Path]:
+    """Create ``repo`` (and missing parents); returns the folders created, deepest first."""
+    missing = [p for p in (repo, *repo.parents) if not p.exists()]
     try:
         repo.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
+        for folder in missing:
+            shutil.rmtree(folder, ignore_errors=True)
         raise RepositoryError(f"cannot create model repository {str(repo)!r}: {exc}") from exc
-    return repo
+    return missing
 
 
 def _check_free(target: Path, name: str, force: bool) -> None:

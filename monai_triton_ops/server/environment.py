@@ -7,7 +7,9 @@ Python. The server looks for the backend in ``<backend-directory>/python/`` (``l
 - loads ``libpython3.X.so`` and the wheel's bundled libraries, so ``LD_LIBRARY_PATH`` holds the
   running interpreter's ``LIBDIR`` and the install's library folders, in that order, before the caller's;
 - takes its Python environment (``sys.prefix``, hence ``torch`` and ``numpy``) from the first
-  ``python3`` on ``PATH``, so the running interpreter's ``bin/`` goes first on ``PATH``.
+  ``python3`` on ``PATH``, so the running interpreter's ``bin/`` goes first on ``PATH``;
+- imports each model's ``model.py`` from the user's repository, so ``PYTHONDONTWRITEBYTECODE=1``
+  keeps it from writing ``__pycache__`` there: serving leaves the repository untouched.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ def server_environment(install: TritonInstall, base: Mapping[str, str] | None = 
     libs = [str(p) for p in ([Path(libdir)] if libdir else []) + list(install.lib_dirs)]
     env["LD_LIBRARY_PATH"] = _prepend(libs, env.get("LD_LIBRARY_PATH", ""))
     env["PATH"] = _prepend([os.path.dirname(sys.executable)], env.get("PATH", os.defpath))
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
 
 

@@ -10,7 +10,8 @@ What ``start()`` does, in order::
 
     find tritonserver      server_path > $TRITONSERVER_HOME > nvidia-pytriton wheel    (ServerNotFoundError)
     check given ports      127.0.0.1 only; others picked free                          (PortInUseError)
-    temp folder            backends/python/ (symlinks) + tritonserver.log
+    temp folder            backends/python/ (symlinks), repository/ (a symlink mirror: nothing is written into
+                           the user's repository, see mirror.py) + tritonserver.log
     launch                 argv list, own process group, SIGKILL when this thread dies (Linux, prctl)
     wait, ONE deadline     process alive; no model load failure in the log; /v2/health/live and /ready;
                            every model ready (/v2/models/NAME/ready; repository index for the reason)
@@ -34,6 +35,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 
@@ -47,6 +49,7 @@ from .environment import (
     server_environment,
     shm_prefix,
 )
+from .mirror import mirror_repository
 from .options import ModelControlMode, Ports, ServerOptions, build_argv
 from .ports import LOOPBACK, pick_free_ports, port_is_free
 from .process import die_with_parent, terminate
@@ -250,6 +253,7 @@ class LocalTritonServer:
                 raise PortInUseError(f"{name} {port} on {LOOPBACK} is already in use by another process")
         self._workdir = Path(tempfile.mkdtemp(prefix="monai-triton-server-"))
         backend_dir = assemble_backend_dir(install, self._workdir / "backends")
+        served = replace(options, model_repository=mirror_repository(repo, self._workdir / "repository"))
         env = server_environment(install)
         remove_stale_shm_regions()
         self._log_path = options.log_path or self._workdir / "tritonserver.log"
@@ -258,7 +262,7 @@ class LocalTritonServer:
         for attempt in range(1, _PORT_ATTEMPTS + 1):
             self._ports = self._choose_ports()
             argv = build_argv(
-                options,
+                served,
                 server_path=install.server_path,
                 backend_dir=backend_dir,
                 ports=self._ports,

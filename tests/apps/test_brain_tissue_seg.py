@@ -80,28 +80,37 @@ def test_dicom_in_gives_the_same_labels_and_a_dicom_seg(nifti_run: Path, sample_
     assert seg.StudyInstanceUID == source.StudyInstanceUID
 
 
+def one_line_error(result: subprocess.CompletedProcess[str], out: Path) -> str:
+    """A failed run: exit code 2, exactly one line on stderr, no traceback, no output file."""
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: ")
+    assert not any(p.is_file() for p in out.rglob("*"))
+    return line
+
+
 def test_backend_from_the_environment_and_a_typo_fails_before_writing(sample_data: Path, tmp_path: Path) -> None:
     import os
 
     env = {**os.environ, "MONAI_TRITON_BACKEND": "tensorrt"}
     result = run_app(sample_data / "t1.nii.gz", tmp_path / "out", env=env)
-    assert result.returncode != 0
-    assert "unknown backend spec 'tensorrt'" in result.stderr
-    assert not any((tmp_path / "out").rglob("*.nii.gz"))
+    assert "unknown backend spec 'tensorrt'" in one_line_error(result, tmp_path / "out")
 
 
-@pytest.mark.parametrize("case", ["empty", "no_dicom"])
+@pytest.mark.parametrize("case", ["empty", "no_dicom", "no_mr_series"])
 def test_unusable_input_folders_fail_with_the_path_named(case: str, tmp_path: Path) -> None:
+    from ..pipeline.test_inputs import write_dicom
+
     source = tmp_path / "in"
     source.mkdir()
     if case == "no_dicom":
         (source / "readme.txt").write_text("no images here")
-    result = run_app(source, tmp_path / "out")
-    assert result.returncode != 0
-    expected = "is empty" if case == "empty" else "holds no DICOM series"
-    assert expected in result.stderr
-    assert str(source) in result.stderr
-    assert not any((tmp_path / "out").rglob("*.*"))
+    elif case == "no_mr_series":  # DICOM, but no series the app's selector (Modality MR) would pick
+        write_dicom(source / "IM0001", modality="CT")
+    line = one_line_error(run_app(source, tmp_path / "out"), tmp_path / "out")
+    expected = {"empty": "is empty", "no_dicom": "holds no DICOM series", "no_mr_series": "holds no DICOM MR image"}
+    assert expected[case] in line
+    assert str(source) in line
 
 
 def test_a_corrupt_model_fails_the_run_and_writes_nothing(sample_data: Path, tmp_path: Path) -> None:
@@ -109,6 +118,4 @@ def test_a_corrupt_model_fails_the_run_and_writes_nothing(sample_data: Path, tmp
     shutil.copytree(REPO, models)
     (models / "brain_tissue_seg" / "1" / "model.pt").write_bytes(b"not a model")
     result = run_app(sample_data / "t1.nii.gz", tmp_path / "out", models=models)
-    assert result.returncode != 0
-    assert "is not a loadable TorchScript file" in result.stderr
-    assert not any((tmp_path / "out").rglob("*.*"))
+    assert "is not a loadable TorchScript file" in one_line_error(result, tmp_path / "out")

@@ -39,3 +39,21 @@ def test_unreadable_nifti_is_an_input_data_error(tmp_path: Path) -> None:
         read_nifti(broken)
     with pytest.raises(InputDataError, match="not a NIfTI file"):
         read_nifti(tmp_path / "missing.nii")
+
+
+def test_a_4d_nifti_is_read_as_channels_and_written_back_the_same(tmp_path: Path) -> None:
+    data = np.random.default_rng(0).standard_normal((6, 5, 4, 2)).astype(np.float32)  # (X, Y, Z, C)
+    nib.save(nib.Nifti1Image(data, np.eye(4)), tmp_path / "two.nii.gz")
+    image = read_nifti(tmp_path / "two.nii.gz")
+    assert image.asnumpy().shape == (4, 5, 6, 2)  # (D, H, W, C): spatial axes reversed, channel kept last
+    np.testing.assert_array_equal(image.asnumpy()[..., 1], data[..., 1].T)
+    out = write_nifti(image, tmp_path / "back.nii.gz", dtype=np.float32)
+    np.testing.assert_array_equal(np.asarray(nib.load(out).dataobj), data)
+
+
+def test_a_5d_vector_nifti_is_read_as_channels_and_6d_is_refused(tmp_path: Path) -> None:
+    nib.save(nib.Nifti1Image(np.zeros((3, 4, 5, 1, 2), np.float32), np.eye(4)), tmp_path / "vec.nii.gz")
+    assert read_nifti(tmp_path / "vec.nii.gz").asnumpy().shape == (5, 4, 3, 2)
+    nib.save(nib.Nifti1Image(np.zeros((3, 4, 5, 2, 2), np.float32), np.eye(4)), tmp_path / "odd.nii.gz")
+    with pytest.raises(InputDataError, match=r"a NIfTI of shape \[3, 4, 5, 2, 2\] is not an image this reader knows"):
+        read_nifti(tmp_path / "odd.nii.gz")

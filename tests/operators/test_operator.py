@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -9,12 +10,22 @@ import numpy as np
 import pytest
 from monai.deploy.conditions import CountCondition
 from monai.deploy.core import Application, Image, Operator, OperatorSpec
+from monai.networks.nets import UNet
 from monai.transforms import AsDiscrete
 
 from monai_triton_ops import InferenceOperator, InferenceSettings, create_backend, run_inference
 from monai_triton_ops.app_args import ENV_BACKEND
+from monai_triton_ops.backends import registry
 from monai_triton_ops.backends.base import BackendState, BaseBackend
-from monai_triton_ops.errors import BackendStateError, ConfigError
+from monai_triton_ops.backends.mock import MockBackend
+from monai_triton_ops.errors import (
+    BackendStateError,
+    BackendUnavailableError,
+    ConfigError,
+    InputDataError,
+    InputValidationError,
+    ModelNotFoundError,
+)
 from monai_triton_ops.pipeline.image import to_channel_first
 
 from ..conftest import UNET_META, tiny_unet
@@ -108,6 +119,8 @@ def test_start_opens_and_stop_closes_the_backend(
 def test_the_spec_comes_from_the_environment_when_the_app_gives_none(
     unet_repo: Path, image: Image, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
+    registry.register_backend("grpc", MockBackend)  # a stand-in for the remote backend a later release adds
     monkeypatch.setenv(ENV_BACKEND, "grpc://triton.example:8001")
     app = OneShotApp(image, model_name="unet", backend_options={"model_repository": unet_repo})
     app.compose()
@@ -138,3 +151,60 @@ def test_a_backend_factory_and_settings_from_the_models_metadata(make_repo, imag
     np.testing.assert_array_equal(result.asnumpy(), np.asarray(expected).T)
     with pytest.raises(ConfigError, match="either settings or settings_overrides"):
         InferenceOperator(app, model_name="unet", settings=InferenceSettings(), settings_overrides={"progress": True})
+@pytest.mark.parametrize(
+    ("case", "error", "message"),
+    [
+        (
+            "no_model",
+            ModelNotFoundError,
+            "model 'unet' not found in repository .*model_name must be the model's folder",
+        ),
+        ("bad_config", ConfigError, r"config.pbtxt: not a valid Triton model configuration"),
+        ("no_file", ModelNotFoundError, r"model 'unet' version 1: no 'model.pt'"),
+        ("reserved", BackendUnavailableError, r"backend 'triton' is not available in this version"),
+    ],
+)
+def test_what_can_fail_without_the_model_fails_when_the_graph_is_composed(
+    unet_repo: Path, image: Image, case: str, error: type[Exception], message: str
+) -> None:
+    backend = "triton" if case == "reserved" else "torch"
+    if case == "no_model":
+        (unet_repo / "unet").rename(unet_repo / "other")
+    elif case == "bad_config":
+        (unet_repo / "unet" / "config.pbtxt").write_text('name: "unet" input [')
+    elif case == "no_file":
+        (unet_repo / "unet" / "1" / "model.pt").unlink()
+    app = OneShotApp(image, model_name="unet", backend=backend, backend_options={"model_repository": unet_repo})
+    with pytest.raises(error, match=message):
+        app.compose()  # before start(): nothing loaded, nothing run
+
+
+def test_nan_voxels_are_refused_unless_allowed(unet_repo: Path, image: Image, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = image.asnumpy().copy()
+    data[2, 3, 4] = np.nan
+    spoiled = Image(data, metadata=image.metadata())
+    app = OneShotApp(spoiled, model_name="unet", backend="torch", backend_options={"model_repository": unet_repo})
+    with pytest.raises(InputDataError, match=r"1 non-finite voxel\(s\) \(1 NaN, 0 Inf\).*voxel \(4, 3, 2\)"):
+        app.run()
+    monkeypatch.setenv("MONAI_TRITON_ALLOW_NON_FINITE", "1")
+    app = OneShotApp(spoiled, model_name="unet", backend="torch", backend_options={"model_repository": unet_repo})
+    app.run()
+    assert len(app.sink.received) == 1
+
+
+def test_a_channel_mismatch_names_the_image_and_the_patch(make_repo: Callable[..., Path], image: Image) -> None:
+    from ..conftest import nd_format
+
+    two = UNet(spatial_dims=3, in_channels=2, out_channels=2, channels=(4, 8), strides=(2,), num_res_units=1)
+    meta = nd_format({"image": (2, ["2*n"] * 3, "float32")}, {"pred": (2, ["2*n"] * 3, "float32")})
+    repo = make_repo("two", two, meta)
+    settings = InferenceSettings(roi_size=(8, 8, 8), sw_batch_size=2)
+    app = OneShotApp(image, model_name="two", backend="torch", backend_options={"model_repository": repo}, settings=settings)
+    with pytest.raises(InputValidationError) as caught:
+        app.run()
+    assert "(dim 1: expected 2, got 1); the image is [1, 16, 12, 10] (channel first" in str(caught.value)
+    assert "patches of [8, 8, 8], up to 2 per request" in str(caught.value)
+    both = Image(np.stack([image.asnumpy()] * 2, axis=-1), metadata=image.metadata())  # (D, H, W, 2)
+    app = OneShotApp(both, model_name="two", backend="torch", backend_options={"model_repository": repo}, settings=settings)
+    app.run()
+    assert app.sink.received[0].asnumpy().shape == (*image.asnumpy().shape, 2)

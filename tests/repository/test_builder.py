@@ -158,6 +158,18 @@ def test_a_failed_build_leaves_nothing_half_written(make_model: Callable[..., Pa
     assert snapshot(repo) == before
 
 
+@pytest.mark.usefixtures("restore_console")
+def test_a_failed_build_into_a_new_folder_creates_no_folder(
+    make_model: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from monai_triton_ops.cli import main
+
+    plain = make_model(torch.nn.Identity())
+    assert main(["repo", "build", str(plain), "-o", str(tmp_path / "new" / "repo"), "--name", "plain"]) == 2
+    assert capsys.readouterr().err.startswith("error: model 'plain': ")
+    assert not (tmp_path / "new").exists()
+
+
 def test_a_repository_path_that_is_a_file_or_a_bad_version(model_files: dict[str, Path], tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(RepositoryError, match="exists and is not a folder"):

@@ -111,15 +111,22 @@ def http_ready(url: str) -> int:
 def test_serve_until_signal(
     serve: type[Serve], request: pytest.FixtureRequest, stop_signal: signal.Signals, repo_fixture: str
 ) -> None:
-    run = serve([str(request.getfixturevalue(repo_fixture))])
+    repo = request.getfixturevalue(repo_fixture)
+    run = serve([str(repo)])
+    if repo_fixture == "empty_repo":
+        run.wait_for(r"^warning: model repository '.*' holds no models; serving nothing$", stderr=True)
     run.wait_for(r"^serving .* \(pid \d+\); Ctrl-C to stop$")
     http_url = run.wait_for(r"^HTTP +(http://127\.0\.0\.1:\d+)$").group(1)
     run.wait_for(r"^gRPC +grpc://127\.0\.0\.1:\d+$")
+    if repo_fixture == "demo_repo":  # what it serves, listed once it is ready
+        run.wait_for(r"^model +add_one version 1 READY$")
+        run.wait_for(r"^model +identity version 1 READY$")
     assert run.server_pid is not None
     assert http_ready(http_url) == 200
     run.process.send_signal(stop_signal)
     assert run.process.wait(timeout=60) == 0
     assert_server_gone(run.server_pid)
+    assert not list(repo.rglob("__pycache__")), "serving wrote into the user's repository"
 
 
 def test_ctrl_c_while_starting(serve: type[Serve], demo_repo: Path) -> None:

@@ -215,3 +215,19 @@ def test_ports() -> None:
         assert not port_is_free(taken)
         assert taken not in pick_free_ports(5, exclude=(taken,))
     assert port_is_free(taken)
+
+
+def test_the_served_mirror_links_every_file_and_leaves_the_repository_alone(tmp_path: Path) -> None:
+    from monai_triton_ops.server.mirror import mirror_repository
+
+    repo = tmp_path / "repo"
+    (repo / "seg" / "1" / "__pycache__").mkdir(parents=True)
+    (repo / "seg" / "config.pbtxt").write_text('name: "seg"')
+    (repo / "seg" / "1" / "model.py").write_text("")
+    (repo / "seg" / "1" / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"")
+    mirror = mirror_repository(repo, tmp_path / "work" / "repository")
+    assert (mirror / "seg" / "config.pbtxt").is_symlink()
+    assert (mirror / "seg" / "1" / "model.py").resolve() == (repo / "seg" / "1" / "model.py").resolve()
+    assert not (mirror / "seg" / "1" / "__pycache__").exists()
+    (mirror / "seg" / "1" / "__pycache__").mkdir()  # what the server's stub does, now in the mirror
+    assert sorted(p.name for p in (repo / "seg" / "1").iterdir()) == ["__pycache__", "model.py"]

@@ -1,0 +1,173 @@
+"""The minimal example app as a newcomer runs it: from a fresh copy of its files, as real processes.
+
+One session fixture copies ``apps/minimal`` (as a clone has it), runs its ``make_model.py`` and
+``monai-triton repo build`` for a 1- and a 2-channel model, and writes the input images; each test
+then runs the app (``python APP`` or ``monai-triton exec``) once. Failures must be one line on stderr,
+the documented exit code, no traceback, and no output file.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = ROOT / "apps" / "minimal"
+MODEL = "minimal_seg"
+
+pytestmark = pytest.mark.slow
+
+
+def run(*command: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    args = [sys.executable, *map(str, command)]
+    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
+
+
+def run_ok(*command: str | Path) -> subprocess.CompletedProcess[str]:
+    result = run(*command)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+@dataclass(frozen=True)
+class Clone:
+    app: Path  # the copied apps/minimal
+    repo: Path  # minimal_seg with 1 input channel
+    repo2: Path  # minimal_seg with 2 input channels
+    image: Path  # (X, Y, Z)
+    image2: Path  # (X, Y, Z, 2)
+
+
+@pytest.fixture(scope="session")
+def clone(tmp_path_factory: pytest.TempPathFactory) -> Clone:
+    base = tmp_path_factory.mktemp("minimal")
+    app = base / "minimal"
+    shutil.copytree(APP, app, ignore=shutil.ignore_patterns("__pycache__"))
+    for channels, repo in ((1, base / "models"), (2, base / "models2")):
+        model = base / f"{MODEL}_{channels}.pt"
+        run_ok(app / "make_model.py", "--out", model, "--in-channels", str(channels))
+        run_ok("-m", "monai_triton_ops.cli", "repo", "build", model, "-o", repo, "--name", MODEL)
+    run_ok(app / "make_input.py", "--out", base / "image.nii.gz")
+    run_ok(app / "make_input.py", "--out", base / "image2.nii.gz", "--channels", "2")
+    return Clone(app, base / "models", base / "models2", base / "image.nii.gz", base / "image2.nii.gz")
+
+
+@pytest.fixture(scope="session")
+def first_run(clone: Clone, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``python APP -i image -o out -m models``: the README's step 4."""
+    out = tmp_path_factory.mktemp("out")
+    result = run_ok(clone.app, "-i", clone.image, "-o", out, "-m", clone.repo)
+    assert result.stderr == ""  # quiet by default: no Holoscan lines, no stack warning
+    return out / "seg.nii.gz"
+
+
+def labels(path: Path) -> np.ndarray:
+    return np.asarray(nib.load(path).dataobj)
+
+
+def test_the_example_runs_from_a_fresh_copy(first_run: Path, clone: Clone) -> None:
+    seg, image = nib.load(first_run), nib.load(clone.image)
+    assert seg.shape == image.shape
+    np.testing.assert_allclose(seg.affine, image.affine)
+    assert seg.get_data_dtype() == np.uint8
+    assert set(np.unique(labels(first_run))) <= {0, 1}
+    assert not list(clone.repo.rglob("__pycache__"))
+
+
+def readme_app() -> str:
+    """The first python block of the README's "Use it in an app" section."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## Use it in an app") :]
+    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert match, "no python block in the README's 'Use it in an app'"
+    return match.group(1)
+
+
+def test_the_readme_snippet_is_the_example_shortened_and_runs(first_run: Path, clone: Clone, tmp_path: Path) -> None:
+    app = tmp_path / "my_app.py"
+    app.write_text(readme_app(), encoding="utf-8")
+    out = tmp_path / "out"
+    result = run_ok("-m", "monai_triton_ops.cli", "exec", app, "-i", clone.image, "-o", out, "-m", clone.repo)
+    assert result.stderr == ""
+    np.testing.assert_array_equal(labels(out / "seg.nii.gz"), labels(first_run))
+
+
+def test_a_two_channel_nifti_through_a_two_channel_model(clone: Clone, tmp_path: Path) -> None:
+    result = run_ok(clone.app, "-i", clone.image2, "-o", tmp_path, "-m", clone.repo2, "--backend", "torch")
+    seg = nib.load(tmp_path / "seg.nii.gz")
+    assert seg.shape == nib.load(clone.image).shape  # (X, Y, Z): the 2 channels went into the model, not the grid
+    assert result.stderr == ""
+
+
+def test_nan_voxels_are_refused_with_their_count_unless_allowed(clone: Clone, tmp_path: Path) -> None:
+    source = nib.load(clone.image)
+    data = np.asarray(source.dataobj).copy()
+    data[10:13, 20, 5] = np.nan
+    spoiled = tmp_path / "nan.nii.gz"
+    nib.save(nib.Nifti1Image(data, source.affine), spoiled)
+    result = run(clone.app, "-i", spoiled, "-o", tmp_path / "out", "-m", clone.repo)
+    assert_one_line_failure(result, 2, "the input image has 3 non-finite voxel(s) (3 NaN, 0 Inf)", tmp_path / "out")
+    assert "first at channel 0, voxel (10, 20, 5)" in result.stderr
+    allowed = run("-m", "monai_triton_ops.cli", "exec", clone.app, "-i", spoiled, "-o", tmp_path / "ok",
+                  "-m", clone.repo, "--allow-non-finite")  # fmt: skip
+    assert allowed.returncode == 0, allowed.stderr
+    assert (tmp_path / "ok" / "seg.nii.gz").is_file()
+    assert "kept because non-finite voxels are allowed" in allowed.stderr
+
+
+def assert_one_line_failure(result: subprocess.CompletedProcess[str], code: int, text: str, out: Path) -> None:
+    assert result.returncode == code, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert text in lines[0]
+    assert not any(p.is_file() for p in out.rglob("*")) if out.exists() else True
+
+
+@pytest.mark.parametrize(
+    ("case", "code", "text"),
+    [
+        ("reserved_backend", 3, "backend 'grpc://127.0.0.1:8001' is not available in this version"),
+        ("channels", 2, "(dim 1: expected 1, got 2); the image is [2, 48, 40, 32] (channel first"),
+        ("malformed_config", 2, "config.pbtxt: not a valid Triton model configuration"),
+        ("model_name", 2, "model 'minimal_seg' not found in repository"),
+        ("output_not_writable", 2, "cannot be created: Not a directory"),
+    ],
+)
+def test_each_failure_is_one_line_with_its_exit_code_and_no_output(
+    clone: Clone, tmp_path: Path, case: str, code: int, text: str
+) -> None:
+    image, repo, out, extra = clone.image, clone.repo, tmp_path / "out", []
+    if case == "reserved_backend":
+        extra = ["--backend", "grpc://127.0.0.1:8001"]
+    elif case == "channels":
+        image = clone.image2
+    elif case in ("malformed_config", "model_name"):
+        repo = tmp_path / "models"
+        shutil.copytree(clone.repo, repo)
+        if case == "model_name":  # built with --name minimal-seg, while the app asks for minimal_seg
+            config = repo / MODEL / "config.pbtxt"
+            config.write_text(config.read_text().replace(f'name: "{MODEL}"', 'name: "minimal-seg"'))
+            (repo / MODEL).rename(repo / "minimal-seg")
+        else:
+            (repo / MODEL / "config.pbtxt").write_text(f'name: "{MODEL}"\ninput [ {{ name: "x" dims: [ -1')
+    elif case == "output_not_writable":
+        (tmp_path / "file").write_text("")
+        out = tmp_path / "file" / "out"
+    result = run(clone.app, "-i", image, "-o", out, "-m", repo, *extra)
+    assert_one_line_failure(result, code, text, out)
+
+
+def test_the_app_help_lists_every_option(clone: Clone) -> None:
+    result = run_ok(clone.app, "--help")
+    for option in ("-i PATH", "-o DIR", "-m PATH", "-w DIR", "-t HOST:PORT", "--backend SPEC", "--allow-non-finite"):
+        assert option in result.stdout
+    assert "Segment one NIfTI image with the minimal_seg model" in result.stdout

@@ -1,0 +1,198 @@
+"""docs/quickstart.md's error table matches the code: each row is caused for real, message and exit code checked.
+
+Every row needs a trigger here and every trigger a row, so the table cannot drift from what users see.
+What is compared is the line after ``error: ``, as ``exits.one_line`` prints it; ``...`` in the table is any text.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from monai.deploy.core import Application, Image
+
+from monai_triton_ops import InferenceSettings, exits, preflight
+from monai_triton_ops.app_args import app_parser, resolve_backend
+from monai_triton_ops.backends import registry
+from monai_triton_ops.operators.nifti import NiftiImageLoader
+from monai_triton_ops.pipeline.inputs import check_dicom_images, classify_input
+from monai_triton_ops.repository.builder import build_repository
+from monai_triton_ops.server import LocalTritonServer, find_tritonserver
+
+from .conftest import UNET_META, save_model, tiny_unet
+from .operators.test_operator import OneShotApp
+from .pipeline.test_inputs import write_dicom
+
+QUICKSTART = Path(__file__).resolve().parents[1] / "docs" / "quickstart.md"
+ROW = re.compile(r"^\| (\d) \| `(.+?)` \| .+ \|$")
+
+
+def table() -> dict[str, int]:
+    """``{message prefix: exit code}`` from section 4 of the quick start."""
+    text = QUICKSTART.read_text(encoding="utf-8")
+    section = text[text.index("## 4. Errors you may meet") :]
+    return {m.group(2): int(m.group(1)) for line in section.splitlines() if (m := ROW.match(line))}
+
+
+def raised(call: Callable[[], object]) -> BaseException:
+    try:
+        call()
+    except BaseException as exc:  # the trigger's error is what the row documents
+        return exc
+    pytest.fail("the trigger raised nothing")
+
+
+# -- the triggers ---------------------------------------------------------------------------------------------
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    save_model(tiny_unet(), tmp_path / "repo" / "seg" / "1" / "model.pt", UNET_META)
+    return tmp_path / "repo"
+
+
+def infer(repo: Path, data: np.ndarray, **kwargs: object) -> None:
+    """The image through a real App SDK application with the operator, as an app runs it."""
+    settings = InferenceSettings(roi_size=(8, 8, 8), sw_batch_size=2)
+    OneShotApp(Image(data, metadata={}), model_name="seg", backend="torch", model_repository=repo,
+               settings=settings, **kwargs).run()  # fmt: skip
+
+
+def volume(*channels: int, dtype: type = np.float32) -> np.ndarray:
+    return np.random.default_rng(0).standard_normal((10, 12, 16, *channels)).astype(dtype)
+
+
+def nan_volume() -> np.ndarray:
+    data = volume()
+    data[1, 2, 3:6] = np.nan
+    return data
+
+
+def port_in_use(tmp_path: Path) -> BaseException:
+    try:
+        find_tritonserver()
+    except exits.ServerError:
+        pytest.skip("no tritonserver installed: the port check comes after finding it")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        return raised(LocalTritonServer(tmp_path, grpc_port=sock.getsockname()[1]).start)
+
+
+def not_writable(tmp_path: Path) -> BaseException:
+    folder = Path("/sys") if os.geteuid() == 0 else tmp_path / "ro"  # root writes anywhere but on read-only mounts
+    if folder != Path("/sys"):
+        folder.mkdir()
+        folder.chmod(0o555)
+    exc = raised(lambda: preflight.check_output_folder(folder))
+    if not isinstance(exc, exits.MonaiTritonError):
+        pytest.skip(f"{folder} is writable here")
+    return exc
+
+
+def triggers(tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Callable[[], BaseException]]:
+    empty, no_dicom, ct = tmp_path / "empty", tmp_path / "no_dicom", tmp_path / "ct"
+    for folder in (empty, no_dicom, ct):
+        folder.mkdir()
+    (no_dicom / "notes.txt").write_text("")
+    write_dicom(ct / "IM0001", modality="CT")
+    (tmp_path / "file").write_text("")
+    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
+    registry.register_backend("fancy", "not_installed_pkg.backend:Fancy", hint="pip install fancy-backend")
+
+    def model_entry(version: int | None = None, name: str = "seg", folder: Path = repo) -> Callable[[], object]:
+        return lambda: preflight.check_model_entry("torch", folder, name, version)
+
+    def broken(what: str) -> Path:
+        copy = tmp_path / what
+        save_model(tiny_unet(), copy / "seg" / "1" / "model.pt", UNET_META)
+        if what == "config":
+            (copy / "seg" / "config.pbtxt").write_text('name: "seg" input [')
+        elif what == "no_file":
+            (copy / "seg" / "1" / "model.pt").unlink()
+        else:
+            (copy / "seg" / "1" / "model.pt").write_bytes(b"not a model")
+        return copy
+
+    plain = tmp_path / "plain.pt"
+    torch.jit.script(torch.nn.Identity()).save(str(plain))
+    return {
+        "unknown backend spec 'trition'; expected one of: ...": lambda: raised(lambda: resolve_backend("trition")),
+        "backend 'grpc://...' is not available in this version": lambda: raised(
+            lambda: preflight.check_backend("grpc://triton:8001")
+        ),
+        "backend 'fancy' cannot be imported (...)": lambda: raised(lambda: preflight.check_backend("fancy")),
+        "seg: unrecognized arguments: --bogus": lambda: raised(lambda: app_parser("seg").parse_args(["--bogus"])),
+        "Holoscan configuration file '...' (--config) does not exist": lambda: raised(
+            lambda: preflight.check_holoscan_options(["seg", "--config", str(tmp_path / "nope.yaml")])
+        ),
+        "input '...' does not exist": lambda: raised(lambda: preflight.check_input(tmp_path / "nope")),
+        "input '...' is not a NIfTI file (.nii or .nii.gz)": lambda: raised(
+            lambda: NiftiImageLoader(Application(), input_path=empty)
+        ),
+        "input folder '...' is empty": lambda: raised(lambda: classify_input(empty)),
+        "input folder '...' holds no DICOM series": lambda: raised(lambda: classify_input(no_dicom)),
+        "input folder '...' holds no DICOM MR image series (found: ...)": lambda: raised(
+            lambda: check_dicom_images(ct, modality="MR")
+        ),
+        "output folder '...' cannot be created: ...": lambda: raised(
+            lambda: preflight.check_output_folder(tmp_path / "file" / "out")
+        ),
+        "output folder '...' is not writable: ...": lambda: not_writable(tmp_path),
+        "model repository '...' does not exist (check -m)": lambda: raised(
+            lambda: preflight.check_model_path(tmp_path / "nope")
+        ),
+        ".../config.pbtxt: not a valid Triton model configuration: ...": lambda: raised(
+            lambda: preflight.check_model_configs(broken("config"))
+        ),
+        "model 'seg' not found in repository '...' (available: ...); model_name must be ...": lambda: raised(
+            model_entry(folder=tmp_path / "empty")
+        ),
+        "model 'seg' has no version 3 in '...' (available: [1])": lambda: raised(model_entry(version=3)),
+        "model 'seg' version 1: no 'model.pt' in '...'": lambda: raised(model_entry(folder=broken("no_file"))),
+        "model 'seg': '...' is not a loadable TorchScript file: ...": lambda: raised(
+            lambda: infer(broken("corrupt"), volume())
+        ),
+        "model 'seg': the input image has 3 non-finite voxel(s) (3 NaN, 0 Inf) of ...": lambda: raised(
+            lambda: infer(repo, nan_volume())
+        ),
+        "model 'seg' input 'x': expected dtype FP32, got INT16; the image is ...": lambda: raised(
+            lambda: infer(repo, volume(dtype=np.int16))
+        ),
+        "model 'seg' input 'x': expected shape [-1, 1, -1, -1, -1], got [...] (dim 1: expected 1, got 2); "
+        "the image is ...": lambda: raised(lambda: infer(repo, volume(2))),
+        "model 'seg' expects 3D images, got an image of shape [...]": lambda: raised(lambda: infer(repo, volume()[0])),
+        "model 'seg': ... carries no MONAI metadata and no bundle metadata was given; pass --input-shape ...": (
+            lambda: raised(lambda: build_repository(plain, tmp_path / "built", "seg"))
+        ),
+        "model 'seg' already exists in repository '...'; pass --force ...": lambda: raised(
+            lambda: build_repository(plain, repo, "seg", input_shapes=[(1, 1, 8, 8, 8)])
+        ),
+        "grpc_port ... on 127.0.0.1 is already in use by another process": lambda: port_in_use(tmp_path / "empty"),
+        "no tritonserver executable at '...'": lambda: raised(lambda: find_tritonserver(tmp_path / "nope")),
+        "internal error: ValueError: ... (a bug: rerun with -l DEBUG and report the traceback)": lambda: ValueError(
+            "an unexpected failure"
+        ),
+    }
+
+
+# -- the checks -----------------------------------------------------------------------------------------------
+def test_every_row_has_a_trigger_and_every_trigger_a_row(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert sorted(table()) == sorted(triggers(tmp_path, repo, monkeypatch))
+
+
+@pytest.mark.parametrize(("message", "code"), sorted(table().items()))
+def test_the_row_is_what_the_code_prints(
+    message: str, code: int, tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    exc = triggers(tmp_path, repo, monkeypatch)[message]()
+    line = exits.one_line(exc)
+    pattern = ".*".join(re.escape(part) for part in message.split("..."))
+    assert re.match(pattern, line), f"documented: {message}\nprinted:    {line}"
+    assert exits.exit_code(exc) == code
