@@ -31,7 +31,7 @@ def check_backend(spec: str) -> None:
     try:
         importlib.import_module(entry.target.partition(":")[0])
     except ImportError as exc:
-        raise BackendUnavailableError(f"backend {spec!r} is not available in this version ({exc}){hint}") from exc
+        raise BackendUnavailableError(f"backend {spec!r} cannot be imported ({exc}){hint}") from exc
 
 
 def is_remote(spec: str) -> bool:

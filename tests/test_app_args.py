@@ -33,9 +33,9 @@ pytestmark = pytest.mark.usefixtures("restore_console")
 
 @pytest.fixture
 def http_filled(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The reserved ``http`` scheme filled by a stand-in, as the remote backend will fill it."""
+    """The ``http`` scheme filled by a stand-in, so that no server is needed to check the arguments."""
     monkeypatch.setattr(registry, "_registry", dict(registry._registry))
-    registry.register_backend("http", MockBackend)
+    registry.register_backend("http", MockBackend, takes_urls=True, clobber=True)
 
 
 @pytest.fixture

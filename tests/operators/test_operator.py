@@ -120,7 +120,7 @@ def test_the_spec_comes_from_the_environment_when_the_app_gives_none(
     unet_repo: Path, image: Image, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(registry, "_registry", dict(registry._registry))
-    registry.register_backend("grpc", MockBackend)  # a stand-in for the remote backend a later release adds
+    registry.register_backend("grpc", MockBackend, takes_urls=True, clobber=True)  # no server is reached here
     monkeypatch.setenv(ENV_BACKEND, "grpc://triton.example:8001")
     app = OneShotApp(image, model_name="unet", backend_options={"model_repository": unet_repo})
     app.compose()
@@ -151,6 +151,8 @@ def test_a_backend_factory_and_settings_from_the_models_metadata(make_repo, imag
     np.testing.assert_array_equal(result.asnumpy(), np.asarray(expected).T)
     with pytest.raises(ConfigError, match="either settings or settings_overrides"):
         InferenceOperator(app, model_name="unet", settings=InferenceSettings(), settings_overrides={"progress": True})
+
+
 @pytest.mark.parametrize(
     ("case", "error", "message"),
     [
@@ -161,13 +163,15 @@ def test_a_backend_factory_and_settings_from_the_models_metadata(make_repo, imag
         ),
         ("bad_config", ConfigError, r"config.pbtxt: not a valid Triton model configuration"),
         ("no_file", ModelNotFoundError, r"model 'unet' version 1: no 'model.pt'"),
-        ("reserved", BackendUnavailableError, r"backend 'triton' is not available in this version"),
+        ("not_built", BackendUnavailableError, r"backend 'planned' cannot be imported \(No module named"),
     ],
 )
 def test_what_can_fail_without_the_model_fails_when_the_graph_is_composed(
-    unet_repo: Path, image: Image, case: str, error: type[Exception], message: str
+    unet_repo: Path, image: Image, case: str, error: type[Exception], message: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    backend = "triton" if case == "reserved" else "torch"
+    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
+    registry.register_backend("planned", "monai_triton_ops.backends.not_built_here:Planned")
+    backend = "planned" if case == "not_built" else "torch"
     if case == "no_model":
         (unet_repo / "unet").rename(unet_repo / "other")
     elif case == "bad_config":
@@ -199,12 +203,16 @@ def test_a_channel_mismatch_names_the_image_and_the_patch(make_repo: Callable[..
     meta = nd_format({"image": (2, ["2*n"] * 3, "float32")}, {"pred": (2, ["2*n"] * 3, "float32")})
     repo = make_repo("two", two, meta)
     settings = InferenceSettings(roi_size=(8, 8, 8), sw_batch_size=2)
-    app = OneShotApp(image, model_name="two", backend="torch", backend_options={"model_repository": repo}, settings=settings)
+    app = OneShotApp(
+        image, model_name="two", backend="torch", backend_options={"model_repository": repo}, settings=settings
+    )
     with pytest.raises(InputValidationError) as caught:
         app.run()
     assert "(dim 1: expected 2, got 1); the image is [1, 16, 12, 10] (channel first" in str(caught.value)
     assert "patches of [8, 8, 8], up to 2 per request" in str(caught.value)
     both = Image(np.stack([image.asnumpy()] * 2, axis=-1), metadata=image.metadata())  # (D, H, W, 2)
-    app = OneShotApp(both, model_name="two", backend="torch", backend_options={"model_repository": repo}, settings=settings)
+    app = OneShotApp(
+        both, model_name="two", backend="torch", backend_options={"model_repository": repo}, settings=settings
+    )
     app.run()
     assert app.sink.received[0].asnumpy().shape == (*image.asnumpy().shape, 2)
