@@ -12,7 +12,8 @@ a package is missing or broken), and each error also subclasses the matching bui
     │   └── InputDataError                       an image, file or folder the app cannot use
     ├── BackendStateError (RuntimeError)         used before open() or after close()
     ├── BackendUnavailableError (ImportError)    backend not built yet, or its package missing
-    ├── ModelNotFoundError (FileNotFoundError)   model folder, version or file missing
+    ├── ServerUnavailableError (ConnectionError) a remote Triton server cannot be reached or is not ready
+    ├── ModelNotFoundError (FileNotFoundError)   model folder, version or file missing (locally or on a server)
     ├── ModelLoadError (RuntimeError)            the model file exists but cannot be loaded
     ├── InferenceError (RuntimeError)            the model failed while running
     │   └── InferenceTimeoutError (TimeoutError) no answer within the deadline
@@ -56,6 +57,10 @@ class BackendStateError(MonaiTritonError, RuntimeError):
 
 class BackendUnavailableError(MonaiTritonError, ImportError):
     """The backend is not available: not built yet, or an optional package is missing."""
+
+
+class ServerUnavailableError(MonaiTritonError, ConnectionError):
+    """A remote Triton server did not answer, or not ready, within the deadline (after bounded retries)."""
 
 
 class ModelNotFoundError(MonaiTritonError, FileNotFoundError):
