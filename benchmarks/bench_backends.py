@@ -71,7 +71,7 @@ def main() -> None:
     args = parser.parse_args()
     module = torch.jit.load(str(REPO / NAME / "1" / "model.pt")).eval()
     rows = []
-    with create_backend("torch", REPO, NAME) as backend, LocalTritonServer(REPO) as server:
+    with create_backend("torch", NAME, model_repository=REPO) as backend, LocalTritonServer(REPO) as server:
         grpc = grpcclient.InferenceServerClient(server.grpc_address)
         http = httpclient.InferenceServerClient(
             server.http_address, connection_timeout=TIMEOUT_S, network_timeout=TIMEOUT_S

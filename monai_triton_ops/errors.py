@@ -12,6 +12,7 @@ a package is missing or broken), and each error also subclasses the matching bui
     │   └── InputDataError                       an image, file or folder the app cannot use
     ├── BackendStateError (RuntimeError)         used before open() or after close()
     ├── BackendUnavailableError (ImportError)    backend not built yet, or its package missing
+    ├── DeviceUnavailableError (RuntimeError)    a requested device (CUDA) is not on this machine
     ├── ServerUnavailableError (ConnectionError) a remote Triton server cannot be reached or is not ready
     ├── ModelNotFoundError (FileNotFoundError)   model folder, version or file missing (locally or on a server)
     ├── ModelLoadError (RuntimeError)            the model file exists but cannot be loaded
@@ -59,8 +60,12 @@ class BackendUnavailableError(MonaiTritonError, ImportError):
     """The backend is not available: not built yet, or an optional package is missing."""
 
 
+class DeviceUnavailableError(MonaiTritonError, RuntimeError):
+    """A requested device (``cuda``) is not available here: the environment, not the call, is wrong."""
+
+
 class ServerUnavailableError(MonaiTritonError, ConnectionError):
-    """A remote Triton server did not answer, or not ready, within the deadline (after bounded retries)."""
+    """A remote Triton server did not answer, or was not ready, within the deadline (after bounded retries)."""
 
 
 class ModelNotFoundError(MonaiTritonError, FileNotFoundError):

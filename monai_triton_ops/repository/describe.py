@@ -194,10 +194,9 @@ def _check_shapes(signature: ModelSignature, shapes: Sequence[Shape]) -> list[Sh
             f"{list(signature.input_names)}, got {len(shapes)} input shape(s)"
         )
     for spec, shape in zip(signature.inputs, shapes, strict=True):
-        expected = spec.full_shape(signature.max_batch_size)
-        if len(shape) != len(expected) or any(e not in (-1, s) for e, s in zip(expected, shape, strict=False)):
+        if spec.shape_mismatch(shape, signature.max_batch_size) is not None:
             raise ConfigError(
-                f"model {signature.name!r} input {spec.name!r}: metadata says shape {list(expected)}, "
-                f"got input shape {list(shape)}"
+                f"model {signature.name!r} input {spec.name!r}: metadata says shape "
+                f"{list(spec.full_shape(signature.max_batch_size))}, got input shape {list(shape)}"
             )
     return list(shapes)

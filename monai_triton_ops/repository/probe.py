@@ -23,12 +23,13 @@ from typing import Any
 
 import torch
 
-from ..errors import ConfigError, ModelLoadError
+from ..errors import ConfigError
 from ..signature import ModelSignature, TensorSpec, dtype_of, dtype_to_torch
 from .metadata import (
     archive_format,
     input_names,
     load_exported_program,
+    load_torchscript,
     output_names,
     read_torchscript_metadata,
 )
@@ -63,13 +64,10 @@ def load_model(path: str | Path, name: str) -> LoadedModel:
             path=path, format="pt2", module=program.module(), argument_names=names,
             required_inputs=len(names), metadata=meta, returns_dict=False,
         )  # fmt: skip
-    try:
-        module = torch.jit.load(str(path), map_location="cpu")  # type: ignore[no-untyped-call]
-    except Exception as exc:  # torch raises RuntimeError, ValueError or zip errors for a bad file
-        raise ModelLoadError(f"model {name!r}: {str(path)!r} is not a loadable TorchScript file: {exc}") from exc
-    module.eval()
-    arguments = [a for a in module.forward.schema.arguments if a.name != "self"]
-    returns = module.forward.schema.returns
+    module = load_torchscript(path, name)
+    schema = module.forward.schema  # type: ignore[attr-defined]
+    arguments = [a for a in schema.arguments if a.name != "self"]
+    returns = schema.returns
     return LoadedModel(
         path=path,
         format="torchscript",
@@ -329,10 +327,8 @@ def _check_output(signature: ModelSignature, spec: TensorSpec, tensor: torch.Ten
     actual_dtype = _dtype(signature.name, spec.name, tensor)
     if actual_dtype != spec.dtype:
         raise ConfigError(f"{where}: metadata says dtype {spec.dtype}, the model returns {actual_dtype}")
-    expected = spec.full_shape(signature.max_batch_size)
-    actual = tuple(tensor.shape)
-    if len(actual) != len(expected) or any(e not in (-1, a) for e, a in zip(expected, actual, strict=False)):
+    if spec.shape_mismatch(tensor.shape, signature.max_batch_size) is not None:
         raise ConfigError(
-            f"{where}: metadata says shape {list(expected)}, the model returns {list(actual)} "
-            f"for inputs {[list(s) for s in shapes]}"
+            f"{where}: metadata says shape {list(spec.full_shape(signature.max_batch_size))}, the model returns "
+            f"{list(tensor.shape)} for inputs {[list(s) for s in shapes]}"
         )

@@ -27,7 +27,7 @@ Factory = Callable[[Path, str, torch.nn.Module, dict], BaseBackend]
 
 
 def _torch(repo: Path, name: str, module: torch.nn.Module, meta: dict) -> BaseBackend:
-    return create_backend("torch", repo, name)
+    return create_backend("torch", name, model_repository=repo)
 
 
 def _mock(repo: Path, name: str, module: torch.nn.Module, meta: dict) -> BaseBackend:
