@@ -17,8 +17,8 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as pb
 from tritonclient.utils import InferenceServerException, deserialize_bytes_tensor, triton_to_np_dtype
 
-from .transport import Callback, Cancel, Transport, WireInput, WireOutput, WireResult
 from .translate import CallError, Status, from_grpc_status
+from .transport import Callback, Cancel, Transport, WireInput, WireOutput, WireResult
 
 logger = logging.getLogger(__name__)
 

@@ -25,13 +25,13 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
-from .transport import Callback, Cancel, Transport, WireInput, WireOutput, WireResult
 from .translate import CallError, Status, from_http_status, from_os_error
+from .transport import Callback, Cancel, Transport, WireInput, WireOutput, WireResult
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-Client = httpclient.InferenceServerClient
+Client = Any  # tritonclient.http.InferenceServerClient (untyped)
 #: The client's own socket timeouts; every call runs under a shorter ``gevent.Timeout`` of its deadline.
 _SOCKET_TIMEOUT_S = 3600.0
 #: Extra wait for a control call's job to be picked up by a worker busy with an inference.
@@ -121,7 +121,9 @@ class HttpTransport(Transport):
         finally:
             client.close()
 
-    def _submit(self, fn: Callable[[Client], Any], timeout_s: float, done: Callable[[Any, CallError | None], None]) -> None:
+    def _submit(
+        self, fn: Callable[[Client], Any], timeout_s: float, done: Callable[[Any, CallError | None], None]
+    ) -> None:
         if self._closed:
             raise CallError(Status.CANCELLED, "the transport is closed")
         self._jobs.put(_Job(fn, time.monotonic() + timeout_s, done))

@@ -38,7 +38,7 @@ class Backoff:
         """
         if attempt > self.retries:
             return None
-        delay = min(self.cap_s, self.base_s * 2 ** (attempt - 1))
+        delay = float(min(self.cap_s, self.base_s * 2 ** (attempt - 1)))
         delay *= 0.5 + random.random() / 2  # noqa: S311 - jitter, not cryptography
         if deadline is not None and time.monotonic() + delay >= deadline:
             return None

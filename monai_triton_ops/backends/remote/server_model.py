@@ -70,9 +70,7 @@ def _never_ready(index: Sequence[dict[str, Any]], model: str, version: int | Non
     if version is not None:
         versioned = [e for e in entries if str(e.get("version", "")) == str(version)]
         if not versioned and any(e.get("state") == "READY" for e in entries):
-            raise ModelNotFoundError(
-                f"model {model!r} has no version {version} on {url}; it has: {_listing(entries)}"
-            )
+            raise ModelNotFoundError(f"model {model!r} has no version {version} on {url}; it has: {_listing(entries)}")
         entries = versioned or entries
     for entry in entries:
         state = str(entry.get("state", ""))

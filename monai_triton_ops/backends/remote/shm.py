@@ -222,4 +222,3 @@ def remove_stale_regions(unregister: Unregister | None = None) -> list[str]:
     if removed:
         logger.info("removed %d shared memory regions left by processes that no longer run", len(removed))
     return removed
-

@@ -12,7 +12,7 @@ alone (retry, fall back, give up) and :func:`to_public` makes the error the call
     Status.PERMISSION         UNAUTHENTICATED/PERMISSION_DENIED, HTTP 401/403 -> ConfigError
     Status.TOO_LARGE          RESOURCE_EXHAUSTED, HTTP 413                  -> InferenceError with a hint
     Status.CANCELLED          CANCELLED                                     -> InferenceError
-    Status.INTERNAL           INTERNAL/UNKNOWN/anything else, HTTP 500      -> InferenceError (model errors: never retried)
+    Status.INTERNAL           INTERNAL/UNKNOWN/others, HTTP 500            -> InferenceError (never retried)
 """
 
 from __future__ import annotations
@@ -127,8 +127,7 @@ def to_public(error: CallError, *, model: str, url: str, waited_s: float | None 
         return ConfigError(f"{where}: the server refused access ({error.message}); check credentials and headers")
     if status is Status.TOO_LARGE:
         return InferenceError(
-            f"{where}: message too large ({error.message}); use shared_memory=system on this host, "
-            "or smaller batches"
+            f"{where}: message too large ({error.message}); use shared_memory=system on this host, or smaller batches"
         )
     if status is Status.CANCELLED:
         return InferenceError(f"{where}: the request was cancelled: {error.message}")
