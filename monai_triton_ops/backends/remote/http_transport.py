@@ -97,6 +97,7 @@ class HttpTransport(Transport):
         self._ssl = ssl
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._closed = False
+        self._local = threading.local()  # a worker's own client, for calls made from its callbacks
         self._threads = [
             threading.Thread(target=self._work, name=f"triton-http-{i}", daemon=True) for i in range(max(1, workers))
         ]
@@ -112,12 +113,12 @@ class HttpTransport(Transport):
         )
 
     def _work(self) -> None:
-        client = self._client()
+        client = self._local.client = self._client()
         try:
             while (job := self._jobs.get()) is not None:
                 if job.run(client):
                     client.close()
-                    client = self._client()
+                    client = self._local.client = self._client()
         finally:
             client.close()
 
@@ -137,6 +138,10 @@ class HttpTransport(Transport):
             else:
                 future.set_result(result)
 
+        own = getattr(self._local, "client", None)
+        if own is not None:  # called from a worker's callback: queuing would wait for this very thread
+            _Job(fn, time.monotonic() + timeout_s, done).run(own)
+            return future.result()
         self._submit(fn, timeout_s, done)
         try:
             return future.result(timeout=timeout_s + _QUEUE_GRACE_S)

@@ -55,6 +55,7 @@ class RegionPool:
         self._busy: set[Slot] = set()
         self._quarantined: set[Slot] = set()
         self._closed = False
+        self._finished = False
         self.registrations = 0  # how many regions were registered (tests and logs read it)
 
     def acquire(self, byte_size: int) -> Slot:
@@ -99,12 +100,10 @@ class RegionPool:
         """Give back a slot whose request got its response (the server is done with it)."""
         with self._lock:
             self._busy.discard(slot)
-            if self._closed:
-                close = True
-            else:
+            keep = not self._closed
+            if keep:
                 self._free.append(slot)
-                close = False
-        if close and slot.region is not None:
+        if not keep and slot.region is not None:
             slot.region.close()
 
     def quarantine(self, slot: Slot) -> None:
@@ -112,6 +111,11 @@ class RegionPool:
         with self._lock:
             self._busy.discard(slot)
             self._quarantined.add(slot)
+            finished = self._finished
+        if finished:  # close() is over: one last try, then the file goes either way
+            if not self._try_retire(slot) and slot.region is not None:
+                slot.region.close(unregister=False)
+            return
         self._schedule_reap(slot)
 
     def _schedule_reap(self, slot: Slot) -> None:
@@ -120,11 +124,10 @@ class RegionPool:
         timer.start()
 
     def _reap(self, slot: Slot) -> None:
-        if self._try_retire(slot):
-            return
         with self._lock:
-            retry = not self._closed
-        if retry:
+            if self._closed:  # close() retires what is left, within its deadline
+                return
+        if not self._try_retire(slot):
             self._schedule_reap(slot)
 
     def _try_retire(self, slot: Slot) -> bool:
@@ -145,24 +148,30 @@ class RegionPool:
         return True
 
     def close(self, deadline: float) -> None:
-        """Unregister and unlink every region; quarantined ones are retried until ``deadline``, then unlinked."""
+        """Unregister and unlink every region, waiting until ``deadline`` for requests still out to end.
+
+        A slot whose request is still out comes back (released or quarantined) when its response or
+        error arrives; a quarantined one is unregistered as soon as the server lets go. What is left
+        at the deadline is unlinked (the server keeps its mapping until it restarts).
+        """
         with self._lock:
             self._closed = True
             free, self._free = self._free, []
-            busy = list(self._busy)
         for slot in free:
             if slot.region is not None:
                 slot.region.close()
         while True:
             with self._lock:
-                pending = list(self._quarantined)
+                busy, pending = len(self._busy), list(self._quarantined)
             pending = [s for s in pending if not self._try_retire(s)]
-            if not pending or time.monotonic() >= deadline:
+            if (not busy and not pending) or time.monotonic() >= deadline:
                 break
             time.sleep(_REAP_INTERVAL_S)
-        for slot in pending:
-            logger.warning("server still holds shared memory region %s at close; unlinking it", slot.region)
+        with self._lock:
+            self._finished = True
+            left = [*self._quarantined, *self._busy]
+            self._quarantined.clear()
+        for slot in left:
+            logger.warning("shared memory region %s still in use by the server at close; unlinking it", slot.region)
             if slot.region is not None:
                 slot.region.close(unregister=False)
-        if busy:
-            logger.debug("%d slots still busy at close; each is closed when its request ends", len(busy))

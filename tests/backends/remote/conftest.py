@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tritonclient.grpc as grpcclient
 
 from monai_triton_ops import create_backend
 from monai_triton_ops.backends.base import BaseBackend
@@ -48,6 +49,16 @@ def url(server: LocalTritonServer, scheme: str) -> str:
 def own_regions() -> list[str]:
     """Regions this process created that are still in /dev/shm."""
     return sorted(p.name for p in shm.SHM_DIR.glob(f"{shm.PREFIX}{os.getpid()}_*"))
+
+
+def registered_by_us(server: LocalTritonServer, pid: int | None = None) -> list[str]:
+    """Regions of process ``pid`` (default this one) that the server still has registered."""
+    client = grpcclient.InferenceServerClient(server.grpc_address)
+    try:
+        regions = client.get_system_shared_memory_status(as_json=True, client_timeout=10).get("regions", {})
+    finally:
+        client.close()
+    return sorted(n for n in regions if n.startswith(f"{shm.PREFIX}{pid or os.getpid()}_"))
 
 
 @pytest.fixture
