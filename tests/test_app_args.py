@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from monai_triton_ops.app_args import ENV_BACKEND, init_app_context, resolve_backend, split_backend_args
+from monai_triton_ops.app_args import ENV_BACKEND, init_app_context, netloc_of, resolve_backend, split_backend_args
 from monai_triton_ops.errors import BackendSpecError
 
 
@@ -45,3 +45,23 @@ def test_app_sdk_arguments_keep_working_and_the_spec_lands_in_the_context(
 def test_unknown_options_are_still_rejected_by_the_app_sdk_parser(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         init_app_context(["app", "-i", str(tmp_path), "--bogus"])
+
+
+def test_the_app_sdk_netloc_selects_the_remote_backend_and_backend_wins() -> None:
+    env = {"TRITON_SERVER_NETLOC": "triton:8000"}
+    assert resolve_backend(None, environ=env) == "http://triton:8000"
+    assert resolve_backend(None, environ={}, netloc="127.0.0.1:8000") == "http://127.0.0.1:8000"
+    assert resolve_backend(None, environ={ENV_BACKEND: "torch"}, netloc="h:8000") == "http://h:8000"  # -t is CLI
+    assert resolve_backend(None, environ={ENV_BACKEND: "grpc://h:8001"} | env) == "grpc://h:8001"
+    assert resolve_backend("torch", environ=env, netloc="h:8000") == "torch"  # an explicit --backend wins
+    assert netloc_of(["app", "-i", "x", "-t", "h:8000"]) == "h:8000"
+    assert netloc_of(["app", "--triton-server-netloc=h:9"]) == "h:9"
+    assert netloc_of(["app", "-i", "x"]) is None
+
+
+def test_minus_t_reaches_the_context_and_the_app_sdk_still_sees_it(tmp_path: Path) -> None:
+    (tmp_path / "models").mkdir()
+    argv = ["app", "-i", str(tmp_path), "-o", str(tmp_path / "out"), "-m", str(tmp_path / "models"), "-t", "h:8000"]
+    context = init_app_context(argv)
+    assert context.args["backend"] == "http://h:8000"
+    assert context.triton_server_netloc == "h:8000"
