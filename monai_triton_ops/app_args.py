@@ -55,12 +55,17 @@ def split_backend_args(argv: Sequence[str]) -> tuple[str | None, list[str]]:
     return known.backend, [argv[0], *rest] if argv else rest
 
 
-def netloc_of(argv: Sequence[str]) -> str | None:
-    """The App SDK's ``-t/--triton-server-netloc`` value in ``argv``, if any (left in place for the App SDK)."""
+def split_netloc_args(argv: Sequence[str]) -> tuple[str | None, list[str]]:
+    """``(-t/--triton-server-netloc value or None, argv without it)``, like :func:`split_backend_args`."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("-t", "--triton-server-netloc")
-    known, _ = parser.parse_known_args(list(argv[1:]))
-    return known.triton_server_netloc or None
+    known, rest = parser.parse_known_args(list(argv[1:]))
+    return known.triton_server_netloc or None, [argv[0], *rest] if argv else rest
+
+
+def netloc_of(argv: Sequence[str]) -> str | None:
+    """The App SDK's ``-t/--triton-server-netloc`` value in ``argv``, if any."""
+    return split_netloc_args(argv)[0]
 
 
 def netloc_spec(netloc: str | None) -> str | None:
@@ -89,13 +94,22 @@ def resolve_backend(
 
 def init_app_context(argv: Sequence[str] | None = None, *, default_backend: str = DEFAULT_BACKEND) -> AppContext:
     """The App SDK's ``init_app_context`` plus ``--backend`` and ``-t``; the spec is in ``context.args['backend']``."""
+    from monai.deploy.core import RuntimeEnv
     from monai.deploy.core import init_app_context as sdk_init_app_context
 
     argv = list(sys.argv if argv is None else argv)
     if any(a in ("-h", "--help") for a in argv[1:]):
         backend_parser().print_help()
     cli, rest = split_backend_args(argv)
-    spec = resolve_backend(cli, default=default_backend, netloc=netloc_of(rest))
-    context = sdk_init_app_context(rest)
+    netloc, rest = split_netloc_args(rest)
+    spec = resolve_backend(cli, default=default_backend, netloc=netloc)
+    # The netloc is ours now: the App SDK would also connect its own HTTP client (TritonRemoteModel) to every
+    # TritonModel in the model folder, and that client (gevent, made on the main thread) crashes the Holoscan
+    # run with a segmentation fault. So the App SDK gets neither -t nor TRITON_SERVER_NETLOC.
+    runtime_env = RuntimeEnv()
+    sdk_netloc = netloc or runtime_env.triton_server_netloc
+    runtime_env.triton_server_netloc = ""
+    context = sdk_init_app_context(rest, runtime_env)
+    context.triton_server_netloc = sdk_netloc
     context.args[BACKEND_ARG] = spec
     return context

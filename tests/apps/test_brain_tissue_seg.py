@@ -112,3 +112,23 @@ def test_a_corrupt_model_fails_the_run_and_writes_nothing(sample_data: Path, tmp
     assert result.returncode != 0
     assert "is not a loadable TorchScript file" in result.stderr
     assert not any((tmp_path / "out").rglob("*.*"))
+
+
+@pytest.mark.triton
+@pytest.mark.parametrize("how", ["minus_t", "grpc"])
+def test_on_a_local_triton_the_app_writes_the_same_labels(
+    how: str, nifti_run: Path, sample_data: Path, tmp_path: Path
+) -> None:
+    """An App SDK app started with the App SDK's own ``-t HOST:PORT`` (HTTP) runs on the remote backend unchanged."""
+    from monai_triton_ops.server import LocalTritonServer
+
+    with LocalTritonServer(REPO, startup_timeout_s=180.0) as server:
+        remote = ["-t", server.http_address] if how == "minus_t" else ["--backend", server.grpc_url]
+        command = [sys.executable, str(APP), "-i", str(sample_data / "t1.nii.gz"), "-o", str(tmp_path)]
+        command += ["-m", str(REPO), "-l", "WARN", *remote]
+        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    remote_labels = nib.load(tmp_path / "seg.nii.gz")
+    local_labels = nib.load(nifti_run / "seg.nii.gz")
+    np.testing.assert_array_equal(np.asarray(remote_labels.dataobj), np.asarray(local_labels.dataobj))
+    np.testing.assert_allclose(remote_labels.affine, local_labels.affine)
