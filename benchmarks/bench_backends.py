@@ -1,10 +1,12 @@
-"""Time one request of the sample model through each path, side by side in one run.
+"""Time one request of the sample model through each path, interleaved round by round in one run.
 
-Paths: the raw TorchScript module (the floor), our ``torch`` backend (validation, conversions), and the
-committed repository on the real local tritonserver (Python-backend runner) over tritonclient gRPC and
-HTTP - the path the remote backends will take. Prints medians and ratios to the raw module.
+Paths: the raw TorchScript module (the floor), our ``torch`` backend (validation, worker pool, conversions),
+and the committed repository on the real local tritonserver (Python-backend runner) over tritonclient gRPC
+and HTTP - the path the remote backends will take. Each round times every path once, in an order rotated
+from round to round, so a slow spell on a shared machine hits every path alike. Prints per path the median
+time, its ratio to the raw module's median, and the median of the per-round ratios.
 
-    .venv/bin/python benchmarks/bench_backends.py [--repeats 20] [--sizes 64 96]
+    .venv/bin/python benchmarks/bench_backends.py [--rounds 30] [--sizes 64 96]
 """
 
 from __future__ import annotations
@@ -29,14 +31,31 @@ NAME = "brain_tissue_seg"
 TIMEOUT_S = 120
 
 
-def median_ms(fn: Callable[[], object], repeats: int) -> float:
-    fn()  # warm-up: first-call allocations and JIT profiling stay out of the figure
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
+def interleaved_ms(paths: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
+    """Per path, one time per round (ms); every path once per round, the order rotated each round."""
+    for fn in paths.values():
+        fn()  # warm-up: first-call allocations and JIT profiling stay out of the figures
+    labels = list(paths)
+    times: dict[str, list[float]] = {label: [] for label in labels}
+    for round_index in range(rounds):
+        shift = round_index % len(labels)
+        for label in labels[shift:] + labels[:shift]:
+            start = time.perf_counter()
+            paths[label]()
+            times[label].append((time.perf_counter() - start) * 1000)
+    return times
+
+
+def summary(times: dict[str, list[float]], base: str) -> list[tuple[str, float, float, float]]:
+    """``(path, median ms, median / base median, median of per-round ratios to base)`` per path."""
+    base_median = statistics.median(times[base])
+    rows = []
+    for label, values in times.items():
+        per_round = [value / floor for value, floor in zip(values, times[base], strict=True)]
+        rows.append(
+            (label, statistics.median(values), statistics.median(values) / base_median, statistics.median(per_round))
+        )
+    return rows
 
 
 def paths(x: np.ndarray, grpc, http, backend, module) -> dict[str, Callable[[], object]]:
@@ -66,7 +85,7 @@ def paths(x: np.ndarray, grpc, http, backend, module) -> dict[str, Callable[[], 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 96])
     args = parser.parse_args()
     module = torch.jit.load(str(REPO / NAME / "1" / "model.pt")).eval()
@@ -79,18 +98,18 @@ def main() -> None:
         try:
             for size in args.sizes:
                 x = np.random.default_rng(0).standard_normal((1, 1, size, size, size)).astype(np.float32)
-                timings = {
-                    label: median_ms(fn, args.repeats) for label, fn in paths(x, grpc, http, backend, module).items()
-                }
-                base = timings["raw TorchScript"]
-                rows += [(f"1x1x{size}^3", label, ms, ms / base) for label, ms in timings.items()]
+                times = interleaved_ms(paths(x, grpc, http, backend, module), args.rounds)
+                rows += [(f"1x1x{size}^3", *row) for row in summary(times, "raw TorchScript")]
         finally:
             grpc.close()
             http.close()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, median of {args.repeats} after 1 warm-up\n")
-    print("| input | path | median ms | x raw |\n|---|---|---:|---:|")
-    for size, label, ms, ratio in rows:
-        print(f"| {size} | {label} | {ms:.1f} | {ratio:.2f} |")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.rounds} rounds after 1 warm-up, "
+        "every path once per round (order rotated)\n"
+    )
+    print("| input | path | median ms | x raw (medians) | x raw (median per round) |\n|---|---|---:|---:|---:|")
+    for size, label, ms, ratio, per_round in rows:
+        print(f"| {size} | {label} | {ms:.1f} | {ratio:.3f} | {per_round:.3f} |")
 
 
 if __name__ == "__main__":

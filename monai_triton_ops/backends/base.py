@@ -23,8 +23,7 @@ import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, ClassVar, overload
@@ -37,15 +36,15 @@ from ..errors import (
     ConfigError,
     InferenceError,
     InferenceTimeoutError,
-    InputValidationError,
     MonaiTritonError,
     UsageError,
 )
 from ..signature import ModelSignature
 from ..validation import dtype_name, validate_inputs
-from .arrays import ArrayFamily, ArrayLike, as_torch, batch_of, join, split, to_family
-from .deadlines import Timer, call_at
+from .arrays import ArrayFamily, ArrayLike, batch_of, join, split, to_family
+from .deadlines import call_at
 from .options import BackendOptions
+from .requests import Call, InferRequest, complete, unwrapped, wanted_outputs
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -63,55 +62,6 @@ class BackendState(enum.Enum):
     OPEN = "open"
     CLOSING = "closing"
     CLOSED = "closed"
-
-
-@dataclass(frozen=True, kw_only=True, eq=False)
-class InferRequest:
-    """What one request carries to a backend: validated, within ``max_batch_size``, as the caller gave it."""
-
-    model: str
-    inputs: Mapping[str, ArrayLike]  # numpy or torch as given (MetaTensor unwrapped), signature order
-    outputs: tuple[str, ...]  # the outputs to return, in signature order
-    family: ArrayFamily  # what the caller gets back (the base converts)
-    deadline: float | None  # time.monotonic() deadline, or None
-
-    def remaining_s(self) -> float | None:
-        """Seconds left until the deadline (negative once passed), or ``None`` without one."""
-        return None if self.deadline is None else self.deadline - time.monotonic()
-
-
-class _Call:
-    """One ``submit()``: its requests, their results so far, and the caller's future."""
-
-    def __init__(self, requests: list[InferRequest], timeout_s: float | None) -> None:
-        self.future: Future[dict[str, ArrayLike]] = Future()
-        self.requests = requests
-        self.timeout_s = timeout_s
-        self.started = time.monotonic()
-        self.running: set[int] = set()  # indices handed to the backend, not finished (backend lock)
-        self.timer: Timer | None = None
-        self._results: list[Mapping[str, ArrayLike] | None] = [None] * len(requests)
-        self._left = len(requests)
-        self._settled = False
-        self._lock = threading.Lock()
-
-    def store(self, index: int, outputs: Mapping[str, ArrayLike]) -> list[Mapping[str, ArrayLike]] | None:
-        """Keep one request's outputs; all of them, in order, once the last arrives."""
-        with self._lock:
-            self._results[index] = outputs
-            self._left -= 1
-            if self._left or self._settled:
-                return None
-            self._settled = True
-            return [r for r in self._results if r is not None]
-
-    def settle(self) -> bool:
-        """True exactly once: whoever gets it completes the future."""
-        with self._lock:
-            if self._settled:
-                return False
-            self._settled = True
-            return True
 
 
 class BaseBackend(ABC):
@@ -154,8 +104,8 @@ class BaseBackend(ABC):
         self._lock = threading.Condition(threading.Lock())
         self._signature: ModelSignature | None = None
         self._pool: ThreadPoolExecutor | None = None
-        self._queue: deque[tuple[_Call, int]] = deque()
-        self._calls: set[_Call] = set()
+        self._queue: deque[tuple[Call, int]] = deque()
+        self._calls: set[Call] = set()
         self._in_flight = 0
         self._local = threading.local()
 
@@ -273,18 +223,18 @@ class BaseBackend(ABC):
         """
         signature = self._signature_if_open("submit()")
         validate_inputs(signature, inputs)
-        wanted = _wanted_outputs(signature, outputs)
+        wanted = wanted_outputs(signature, outputs)
         timeout = self.options.timeout_s if timeout_s is None else timeout_s
         if timeout is not None and not timeout > 0:
             raise UsageError(f"model {self.model_name!r}: timeout_s must be > 0 seconds, got {timeout!r}")
-        given = {name: _unwrapped(inputs[name]) for name in signature.input_names}
+        given = {name: unwrapped(inputs[name]) for name in signature.input_names}
         family = ArrayFamily.of(given[signature.input_names[0]])
         deadline = None if timeout is None else time.monotonic() + timeout
         requests = [
             InferRequest(model=self.model_name, inputs=part, outputs=wanted, family=family, deadline=deadline)
             for part in self._parts(signature, given)
         ]
-        call = _Call(requests, timeout)
+        call = Call(requests, timeout)
         with self._lock:
             if self._state is not BackendState.OPEN:
                 raise BackendStateError(f"{self!r}: submit() needs an open backend (state {self._state.value})")
@@ -338,7 +288,8 @@ class BaseBackend(ABC):
         return split(inputs, limit)
 
     def _busy(self) -> bool:
-        return self._in_flight > 0 or any(not call.future.done() for call, _ in self._queue)
+        """Calls not yet completed (their futures remove them), or requests still out (lock held)."""
+        return bool(self._calls) or self._in_flight > 0
 
     def _pump(self) -> None:
         """Hand queued requests to the backend while fewer than ``max_in_flight`` are out."""
@@ -359,7 +310,7 @@ class BaseBackend(ABC):
         finally:
             self._local.pumping = False
 
-    def _dispatch(self, call: _Call, index: int) -> None:
+    def _dispatch(self, call: Call, index: int) -> None:
         try:
             child = self._submit(call.requests[index])
         except Exception as exc:  # a backend refusing synchronously fails this call, not the caller's thread
@@ -367,22 +318,27 @@ class BaseBackend(ABC):
             child.set_exception(exc)
         child.add_done_callback(functools.partial(self._finished, call, index))
 
-    def _finished(self, call: _Call, index: int, child: Future[Mapping[str, ArrayLike]]) -> None:
+    def _finished(self, call: Call, index: int, child: Future[Mapping[str, ArrayLike]]) -> None:
         with self._lock:
             self._in_flight -= 1
             call.running.discard(index)
             self._lock.notify_all()
         try:
             outputs = self._checked(call, index, child)
+        except InferenceTimeoutError as exc:
+            if call.timeout_s is None:  # the backend's own limit, not the caller's deadline
+                self._fail(call, exc)
+            else:  # the backend saw the caller's deadline first: one message either way
+                self._expire(call, cause=exc)
         except BaseException as exc:  # whatever the backend raised goes to the caller's future
             self._fail(call, exc)
         else:
             parts = call.store(index, outputs)
             if parts is not None:
-                _complete(call.future, result=join(parts))
+                complete(call.future, result=join(parts))
         self._pump()
 
-    def _checked(self, call: _Call, index: int, child: Future[Mapping[str, ArrayLike]]) -> dict[str, ArrayLike]:
+    def _checked(self, call: Call, index: int, child: Future[Mapping[str, ArrayLike]]) -> dict[str, ArrayLike]:
         """The request's outputs, checked (names, dtypes, batch) and in the caller's family."""
         request = call.requests[index]
         try:
@@ -417,21 +373,22 @@ class BaseBackend(ABC):
             raise InferenceTimeoutError(f"model {self.model_name!r}: deadline passed before the request started")
         return self._infer(request)
 
-    def _expire(self, call: _Call) -> None:
+    def _expire(self, call: Call, cause: BaseException | None = None) -> None:
         waited = time.monotonic() - call.started
         error = InferenceTimeoutError(
             f"model {self.model_name!r}: no answer within the deadline of {call.timeout_s:g} s (waited {waited:.2f} s)"
         )
+        error.__cause__ = cause
         if self._fail(call, error):
             self._cancel_running(call)
 
-    def _fail(self, call: _Call, error: BaseException) -> bool:
+    def _fail(self, call: Call, error: BaseException) -> bool:
         if not call.settle():
             return False
-        _complete(call.future, error=error)
+        complete(call.future, error=error)
         return True
 
-    def _cancel_running(self, call: _Call) -> None:
+    def _cancel_running(self, call: Call) -> None:
         with self._lock:
             running = [call.requests[index] for index in sorted(call.running)]
         for request in running:
@@ -440,7 +397,7 @@ class BaseBackend(ABC):
             except Exception:  # best effort: the call has already failed with a clear error
                 logger.warning("%r: cancelling a request failed", self, exc_info=True)
 
-    def _forget(self, call: _Call, future: Future[dict[str, ArrayLike]]) -> None:
+    def _forget(self, call: Call, future: Future[dict[str, ArrayLike]]) -> None:
         if call.timer is not None:
             call.timer.cancel()
         with self._lock:
@@ -448,38 +405,3 @@ class BaseBackend(ABC):
             self._lock.notify_all()
         if future.cancelled() and call.settle():  # the caller cancelled: stop what is running
             self._cancel_running(call)
-
-
-def _unwrapped(value: ArrayLike) -> ArrayLike:
-    """Tensor subclasses (MetaTensor) as plain tensors, so no backend pays their dispatch; numpy as is."""
-    return as_torch(value) if isinstance(value, torch.Tensor) else value
-
-
-def _wanted_outputs(signature: ModelSignature, outputs: Sequence[str] | None) -> tuple[str, ...]:
-    """The requested outputs in signature order; unknown names are refused with the known ones."""
-    if outputs is None:
-        return signature.output_names
-    requested = (outputs,) if isinstance(outputs, str) else tuple(outputs)
-    unknown = [name for name in requested if name not in signature.output_names]
-    if unknown or not requested:
-        raise InputValidationError(
-            f"model {signature.name!r}: cannot return outputs {list(requested)}; its outputs are "
-            f"{list(signature.output_names)}"
-        )
-    return tuple(name for name in signature.output_names if name in requested)
-
-
-def _complete(
-    future: Future[dict[str, ArrayLike]],
-    *,
-    result: dict[str, ArrayLike] | None = None,
-    error: BaseException | None = None,
-) -> None:
-    """Set the caller's future once; a future the caller cancelled stays cancelled."""
-    try:
-        if error is not None:
-            future.set_exception(error)
-        elif result is not None:
-            future.set_result(result)
-    except InvalidStateError:
-        pass

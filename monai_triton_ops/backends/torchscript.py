@@ -14,7 +14,7 @@ from typing import Any, cast
 
 import torch
 
-from ..errors import ConfigError, DeviceUnavailableError, InferenceError
+from ..errors import BackendStateError, ConfigError, DeviceUnavailableError, InferenceError
 from ..repository import layout
 from ..repository.metadata import forward_input_names, load_torchscript
 from ..repository.runner.model import name_results
@@ -80,8 +80,8 @@ class TorchScriptBackend(BaseBackend):
 
     def _infer(self, request: InferRequest) -> Mapping[str, ArrayLike]:
         module = self._module
-        if module is None:  # closed while this request waited for a thread
-            raise InferenceError(f"model {self.model_name!r} was released")
+        if module is None:  # close() cut this request off and released the module before it started
+            raise BackendStateError(f"{self!r}: the model was released by close()")
         signature = self.signature
         args = [as_torch(request.inputs[name]).to(self.device) for name in signature.input_names]
         try:

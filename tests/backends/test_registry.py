@@ -119,3 +119,13 @@ def test_a_backend_whose_package_is_missing_says_how_to_install(monkeypatch: pyt
     register_backend("fancy", "not_installed_pkg.backend:Fancy", hint="pip install fancy-backend")
     with pytest.raises(BackendUnavailableError, match="pip install fancy-backend"):
         create_backend("fancy", "m")
+
+
+def test_is_installed_tells_an_importable_backend_from_a_missing_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
+    register_backend("later", "monai_triton_ops.backends.not_built_here:Later")
+    register_backend("thirdparty", "not_installed_pkg.backend:Fancy", hint="pip install fancy-backend")
+    assert registry.is_installed("torch")
+    assert not registry.is_installed("later")
+    assert not registry.is_installed("thirdparty")
+    assert not registry.is_installed("nonsense")
