@@ -179,6 +179,12 @@ class Call:
         exc: MonaiTritonError = to_public(error, model=self.name, url=self.context.transport.url, waited_s=waited)
         if isinstance(exc, InferenceTimeoutError) and self._attempt > 1:
             exc = InferenceTimeoutError(f"{exc} (after {self._attempt} attempts)")
+        text = [n for n in self.request.inputs if self.context.signature.input(n).dtype == "BYTES"]
+        if text and error.status is Status.INTERNAL:  # what we know about this request, not what the message says
+            exc = InferenceError(
+                f"{exc} (the request carried BYTES input(s) {text}; a Python-backend model on Triton 2.51 cannot "
+                "decode BYTES when its stub sees numpy 2)"
+            )
         self._settle(exc=exc)
 
     def _settle(self, *, result: Mapping[str, Any] | None = None, exc: BaseException | None = None) -> None:
