@@ -132,3 +132,39 @@ def test_on_a_local_triton_the_app_writes_the_same_labels(
     local_labels = nib.load(nifti_run / "seg.nii.gz")
     np.testing.assert_array_equal(np.asarray(remote_labels.dataobj), np.asarray(local_labels.dataobj))
     np.testing.assert_allclose(remote_labels.affine, local_labels.affine)
+
+
+@pytest.mark.triton
+def test_sigterm_mid_run_on_a_local_triton_leaves_no_shared_memory(sample_data: Path, tmp_path: Path) -> None:
+    """Holoscan handles SIGTERM itself and leaves from C++ (no Python atexit): the janitor process cleans up."""
+    import signal
+    import time
+
+    import tritonclient.grpc as grpcclient
+
+    from monai_triton_ops.server import LocalTritonServer
+
+    with LocalTritonServer(REPO, startup_timeout_s=180.0) as server:
+        command = [sys.executable, str(APP), "-i", str(sample_data / "t1.nii.gz"), "-o", str(tmp_path)]
+        command += ["-m", str(REPO), "-l", "WARN", "--backend", server.grpc_url]
+        app = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 300
+            while not list(Path("/dev/shm").glob(f"mto_{app.pid}_*")) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert list(Path("/dev/shm").glob(f"mto_{app.pid}_*")), "the app never used shared memory"
+            app.send_signal(signal.SIGTERM)
+            app.wait(timeout=120)
+        finally:
+            app.kill()
+            app.wait(timeout=30)
+        deadline = time.monotonic() + 60
+        while list(Path("/dev/shm").glob(f"mto_{app.pid}_*")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not list(Path("/dev/shm").glob(f"mto_{app.pid}_*"))
+        client = grpcclient.InferenceServerClient(server.grpc_address)
+        try:
+            regions = client.get_system_shared_memory_status(as_json=True, client_timeout=10).get("regions", {})
+        finally:
+            client.close()
+        assert not [name for name in regions if name.startswith(f"mto_{app.pid}_")]

@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 
+from .janitor import janitor
 from .shm import SystemRegion
 from .translate import CallError, Status
 from .transport import Transport
@@ -89,6 +90,8 @@ class RegionPool:
             region.close(unregister=False)
             raise
         region.unregister = self._unregister
+        janitor.add(region.name, self._transport.url)
+        region.announced = True
         slot.region = region
         self.registrations += 1
         logger.debug("registered shared memory region %s (%d bytes)", region.name, region.byte_size)

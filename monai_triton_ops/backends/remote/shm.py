@@ -14,7 +14,9 @@ Cleanup, whatever ends the process:
 - ``atexit`` and ``SIGTERM`` (whose default action skips ``finally`` and ``atexit``): the same for every
   region still alive, with a short deadline for the server call; SIGTERM is then handled as before.
 - After ``fork()`` the child forgets the parent's regions, so its exit never unlinks them.
-- ``SIGKILL`` cannot be caught: :func:`remove_stale_regions` removes regions whose creator pid is gone.
+- Whatever else ends it (SIGKILL, Holoscan's own SIGTERM handling, an exit from C++): the janitor process
+  (``janitor.py``) unregisters and unlinks what is left, and :func:`remove_stale_regions` removes regions
+  whose creator pid is gone at the next open.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from ...server.environment import pid_exists
+from .janitor import janitor
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +93,7 @@ class SystemRegion:
         self.byte_size = size
         self.pid = os.getpid()
         self.unregister: Unregister | None = None
+        self.announced = False  # the janitor knows it (it is registered on a server)
         self._closed = False
         _track(self)
 
@@ -123,6 +127,8 @@ class SystemRegion:
                 hook(self.name)
             except Exception as exc:  # the file goes anyway; the server keeps its mapping until it unregisters
                 logger.warning("could not unregister shared memory region %s: %s", self.name, exc)
+        if self.announced:
+            janitor.drop(self.name)
         mapping, self._mmap = self._mmap, None
         if mapping is not None:
             with contextlib.suppress(BufferError):  # a view still alive: the mapping goes with its last view
