@@ -21,21 +21,21 @@ import os
 # policy) take the cores the other side needs. LocalTritonServer sets the same for the server.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import argparse  # noqa: E402
-import statistics  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import tritonclient.grpc as grpcclient  # noqa: E402
-import tritonclient.http as httpclient  # noqa: E402
-from tritonclient.utils import shared_memory as tshm  # noqa: E402
+import numpy as np
+import torch
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import shared_memory as tshm
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -253,9 +253,11 @@ def report(rows: list[tuple[int, dict[str, float]]], w2: dict[str, float], args:
     for label in labels:
         print(f"| {label} | " + " | ".join(f"{timings[label]:.1f}" for _, timings in rows) + " |")
     for size, t in rows:
-        auto, sdk, shm = t["this backend auto (gRPC, shm)"], t["App SDK TritonRemoteModel"], t[
-            "tritonclient gRPC + system shm"
-        ]
+        auto, sdk, shm = (
+            t["this backend auto (gRPC, shm)"],
+            t["App SDK TritonRemoteModel"],
+            t["tritonclient gRPC + system shm"],
+        )
         print(f"N={size}: auto is {sdk / auto:.1f}x faster than TritonRemoteModel, {auto / shm:.2f}x raw gRPC+shm")
     print(f"\nW2: sample app sliding window on the full MNI T1, median s of {args.w2_rounds} rounds\n")
     print("| path | median s | x in-process |\n|---|---:|---:|")
