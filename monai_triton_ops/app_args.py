@@ -1,7 +1,15 @@
 """The command line of an App SDK app: the App SDK's options plus ours, checked before the graph runs.
 
-Ours: ``--backend SPEC`` (> ``MONAI_TRITON_BACKEND`` > the app's default) and ``--allow-non-finite``
-(or ``MONAI_TRITON_ALLOW_NON_FINITE=1``). The App SDK's: ``-i -o -m -w -t -l``. The App SDK's
+Ours: ``--backend SPEC`` and ``--allow-non-finite``
+(or ``MONAI_TRITON_ALLOW_NON_FINITE=1``). The App SDK's: ``-i -o -m -w -t -l``. The backend, first match wins::
+
+    --backend SPEC                      explicit choice (command line)
+    -t/--triton-server-netloc H:P       the App SDK's own remote option -> http://H:P (HTTP, as in the App SDK)
+    MONAI_TRITON_BACKEND=SPEC           explicit choice (environment)
+    TRITON_SERVER_NETLOC=H:P            the App SDK's environment variable -> http://H:P
+    the app's default                   usually ``torch``
+
+So an App SDK app started with ``-t`` runs on the remote backend unchanged, and ``--backend`` always wins. The App SDK's
 ``parse_args`` rejects unknown options, so we extend rather than bypass it: our options come off the
 command line and every other argument still goes through the App SDK's parser. Before it does, the
 whole command line is checked once by a parser that knows every option, so a typo is one line
@@ -34,6 +42,8 @@ ENV_BACKEND = "MONAI_TRITON_BACKEND"
 #: can restart the process before torch is loaded).
 DEFAULT_BACKEND = "torch"
 ENV_ALLOW_NON_FINITE = "MONAI_TRITON_ALLOW_NON_FINITE"
+#: The App SDK's own variable for a Triton server's ``HOST:PORT`` (its ``-t/--triton-server-netloc``).
+ENV_NETLOC = "TRITON_SERVER_NETLOC"
 #: Keys under which our options land in ``AppContext.args``.
 BACKEND_ARG = "backend"
 ALLOW_NON_FINITE_ARG = "allow_non_finite"
@@ -54,7 +64,10 @@ def backend_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--backend",
         metavar="SPEC",
-        help=f"where the model runs: torch (default), triton, grpc://HOST:PORT, http://HOST:PORT (env {ENV_BACKEND})",
+        help=(
+            f"where the model runs: torch (default), triton, grpc://HOST:PORT, http://HOST:PORT (env {ENV_BACKEND}); "
+            f"wins over the App SDK's -t HOST:PORT / {ENV_NETLOC}, which mean http://HOST:PORT"
+        ),
     )
     parser.add_argument(
         "--allow-non-finite",
@@ -72,7 +85,12 @@ def app_parser(prog: str = "app", description: str | None = None) -> argparse.Ar
     parser.add_argument("-o", "--output", metavar="DIR", help="output folder, created if missing")
     parser.add_argument("-m", "--model", metavar="PATH", help="model repository folder (<name>/<version>/model.pt)")
     parser.add_argument("-w", "--workdir", metavar="DIR", help="App SDK workspace folder")
-    parser.add_argument("-t", "--triton-server-netloc", metavar="HOST:PORT", help="App SDK's own Triton models")
+    parser.add_argument(
+        "-t",
+        "--triton-server-netloc",
+        metavar="HOST:PORT",
+        help=f"a Triton server: the model runs on http://HOST:PORT unless --backend is given (env {ENV_NETLOC})",
+    )
     parser.add_argument(
         "-l", "--log-level", type=str.upper, choices=console.LEVELS,
         help="DEBUG (also Holoscan's log and tracebacks), INFO, WARN (default), ERROR, CRITICAL",
@@ -96,14 +114,41 @@ def _split(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     return known, [argv[0], *rest] if argv else rest
 
 
+def split_netloc_args(argv: Sequence[str]) -> tuple[str | None, list[str]]:
+    """``(-t/--triton-server-netloc value or None, argv without it)``, like :func:`split_backend_args`."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("-t", "--triton-server-netloc")
+    known, rest = parser.parse_known_args(list(argv[1:]))
+    return known.triton_server_netloc or None, [argv[0], *rest] if argv else rest
+
+
+def netloc_of(argv: Sequence[str]) -> str | None:
+    """The App SDK's ``-t/--triton-server-netloc`` value in ``argv``, if any."""
+    return split_netloc_args(argv)[0]
+
+
+def netloc_spec(netloc: str | None) -> str | None:
+    """``HOST:PORT`` -> ``http://HOST:PORT`` (the App SDK's client is HTTP); a full spec is kept as is."""
+    if not netloc:
+        return None
+    return netloc if "://" in netloc else f"http://{netloc}"
+
+
 def resolve_backend(
-    cli: str | None, *, default: str = DEFAULT_BACKEND, environ: Mapping[str, str] | None = None
+    cli: str | None,
+    *,
+    default: str = DEFAULT_BACKEND,
+    environ: Mapping[str, str] | None = None,
+    netloc: str | None = None,
 ) -> str:
-    """Command line first, then the environment, then the app's default; the result is validated."""
+    """``--backend``, then ``-t`` (``netloc``), then the environment (ours, then the App SDK's), then the default.
+
+    The result is validated, so a typo fails before any operator starts.
+    """
     from .backends.registry import parse_backend_spec
 
     env = os.environ if environ is None else environ
-    spec = cli or env.get(ENV_BACKEND) or default
+    spec = cli or netloc_spec(netloc) or env.get(ENV_BACKEND) or netloc_spec(env.get(ENV_NETLOC)) or default
     parse_backend_spec(spec)  # a typo fails here, before any operator starts
     return spec
 
@@ -126,6 +171,7 @@ def init_app_context(argv: Sequence[str] | None = None, *, default_backend: str 
 
     The spec lands in ``context.args['backend']``, the NaN/Inf choice in ``context.args['allow_non_finite']``.
     """
+    from monai.deploy.core import RuntimeEnv
     from monai.deploy.core import init_app_context as sdk_init_app_context
 
     argv = list(sys.argv if argv is None else argv)
@@ -134,12 +180,20 @@ def init_app_context(argv: Sequence[str] | None = None, *, default_backend: str 
         raise SystemExit(exits.OK)
     args = app_parser(Path(argv[0]).name if argv else "app").parse_args(argv[1:])  # UsageError: one line
     ours, rest = _split(argv)
-    spec = resolve_backend(ours.backend, default=default_backend)
+    netloc, rest = split_netloc_args(rest)
+    spec = resolve_backend(ours.backend, default=default_backend, netloc=netloc)
     preflight.check_backend(spec)  # reserved or not installed: exit 3 here, not when the graph runs
     _check_paths(args)
     level = args.log_level or console.DEFAULT_LEVEL
     console.configure_holoscan(level)
-    context = sdk_init_app_context(rest if args.log_level else [*rest, "-l", level])
+    # The netloc is ours now: the App SDK would also connect its own HTTP client (TritonRemoteModel) to every
+    # TritonModel in the model folder, and that client (gevent, made on the main thread) crashes the Holoscan
+    # run with a segmentation fault. So the App SDK gets neither -t nor TRITON_SERVER_NETLOC.
+    runtime_env = RuntimeEnv()
+    sdk_netloc = netloc or runtime_env.triton_server_netloc
+    runtime_env.triton_server_netloc = ""
+    context = sdk_init_app_context(rest if args.log_level else [*rest, "-l", level], runtime_env)
+    context.triton_server_netloc = sdk_netloc
     context.args[BACKEND_ARG] = spec
     context.args[ALLOW_NON_FINITE_ARG] = str(resolve_allow_non_finite(ours.allow_non_finite)).lower()
     return context

@@ -13,7 +13,8 @@ a package is missing or broken), and each error also subclasses the matching bui
     ├── BackendStateError (RuntimeError)         used before open() or after close()
     ├── BackendUnavailableError (ImportError)    backend not built yet, or its package missing
     ├── DeviceUnavailableError (RuntimeError)    a requested device (CUDA) is not on this machine
-    ├── ModelNotFoundError (FileNotFoundError)   model folder, version or file missing
+    ├── ServerUnavailableError (ConnectionError) a remote Triton server cannot be reached or is not ready
+    ├── ModelNotFoundError (FileNotFoundError)   model folder, version or file missing (locally or on a server)
     ├── ModelLoadError (RuntimeError)            the model file exists but cannot be loaded
     ├── InferenceError (RuntimeError)            the model failed while running
     │   └── InferenceTimeoutError (TimeoutError) no answer within the deadline
@@ -61,6 +62,10 @@ class BackendUnavailableError(MonaiTritonError, ImportError):
 
 class DeviceUnavailableError(MonaiTritonError, RuntimeError):
     """A requested device (``cuda``) is not available here: the environment, not the call, is wrong."""
+
+
+class ServerUnavailableError(MonaiTritonError, ConnectionError):
+    """A remote Triton server did not answer, or was not ready, within the deadline (after bounded retries)."""
 
 
 class ModelNotFoundError(MonaiTritonError, FileNotFoundError):

@@ -13,6 +13,7 @@ from monai_triton_ops.app_args import (
     app_help,
     app_parser,
     init_app_context,
+    netloc_of,
     resolve_backend,
     run_app,
     split_backend_args,
@@ -81,9 +82,15 @@ def test_app_sdk_arguments_keep_working_and_our_options_land_in_the_context(
     assert init_app_context(argv).args["allow_non_finite"] == "true"
 
 
-def test_a_reserved_backend_is_refused_while_parsing_with_exit_code_3(argv: list[str]) -> None:
-    with pytest.raises(BackendUnavailableError, match=r"backend 'grpc://h:8001' is not available") as caught:
-        init_app_context([*argv, "--backend", "grpc://h:8001"])
+def test_a_backend_that_cannot_load_is_refused_while_parsing_with_exit_code_3(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
+    registry.register_backend("planned", "monai_triton_ops.backends.not_built_here:Planned", hint="a later release")
+    with pytest.raises(
+        BackendUnavailableError, match=r"backend 'planned' cannot be imported .*a later release"
+    ) as caught:
+        init_app_context([*argv, "--backend", "planned"])
     assert exits.exit_code(caught.value) == exits.UNAVAILABLE
 
 
@@ -150,3 +157,21 @@ def test_the_default_backend_is_the_registry_s() -> None:
     from monai_triton_ops import app_args
 
     assert app_args.DEFAULT_BACKEND == registry.DEFAULT_BACKEND
+
+
+def test_the_app_sdk_netloc_selects_the_remote_backend_and_backend_wins() -> None:
+    env = {"TRITON_SERVER_NETLOC": "triton:8000"}
+    assert resolve_backend(None, environ=env) == "http://triton:8000"
+    assert resolve_backend(None, environ={}, netloc="127.0.0.1:8000") == "http://127.0.0.1:8000"
+    assert resolve_backend(None, environ={ENV_BACKEND: "torch"}, netloc="h:8000") == "http://h:8000"  # -t is CLI
+    assert resolve_backend(None, environ={ENV_BACKEND: "grpc://h:8001"} | env) == "grpc://h:8001"
+    assert resolve_backend("torch", environ=env, netloc="h:8000") == "torch"  # an explicit --backend wins
+    assert netloc_of(["app", "-i", "x", "-t", "h:8000"]) == "h:8000"
+    assert netloc_of(["app", "--triton-server-netloc=h:9"]) == "h:9"
+    assert netloc_of(["app", "-i", "x"]) is None
+
+
+def test_minus_t_reaches_the_context_and_the_app_sdk_still_sees_it(argv: list[str]) -> None:
+    context = init_app_context([*argv, "-t", "h:8000"])
+    assert context.args["backend"] == "http://h:8000"
+    assert context.triton_server_netloc == "h:8000"

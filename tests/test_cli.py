@@ -66,12 +66,16 @@ def test_exec_runs_a_script_and_refuses_a_non_app(tmp_path: Path, capsys: pytest
     )
 
 
-def test_exec_refuses_a_reserved_backend_before_the_app_runs(
-    recorder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_exec_refuses_a_backend_that_cannot_load_before_the_app_runs(
+    recorder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from monai_triton_ops.backends import registry
+
+    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
+    registry.register_backend("planned", "monai_triton_ops.backends.not_built_here:Planned")
     out = tmp_path / "out"
-    assert main(["exec", str(recorder), "-i", "in", "-o", str(out), "-m", "m", "--backend", "grpc://h:8001"]) == 3
-    assert capsys.readouterr().err.startswith("error: backend 'grpc://h:8001' is not available in this version")
+    assert main(["exec", str(recorder), "-i", "in", "-o", str(out), "-m", "m", "--backend", "planned"]) == 3
+    assert capsys.readouterr().err.startswith("error: backend 'planned' cannot be imported")
     assert not out.exists()
     assert main(["exec", str(recorder), "-i", "in", "-o", str(out), "-m", "m", "--backend", "tensorrt"]) == 2
     assert capsys.readouterr().err.startswith("error: unknown backend spec 'tensorrt'")

@@ -17,7 +17,7 @@ import pytest
 import torch
 from monai.deploy.core import Application, Image
 
-from monai_triton_ops import InferenceSettings, exits, preflight
+from monai_triton_ops import InferenceSettings, create_backend, exits, preflight
 from monai_triton_ops.app_args import app_parser, resolve_backend
 from monai_triton_ops.backends import registry
 from monai_triton_ops.operators.nifti import NiftiImageLoader
@@ -58,7 +58,7 @@ def repo(tmp_path: Path) -> Path:
 def infer(repo: Path, data: np.ndarray, **kwargs: object) -> None:
     """The image through a real App SDK application with the operator, as an app runs it."""
     settings = InferenceSettings(roi_size=(8, 8, 8), sw_batch_size=2)
-    OneShotApp(Image(data, metadata={}), model_name="seg", backend="torch", model_repository=repo,
+    OneShotApp(Image(data, metadata={}), model_name="seg", backend="torch", backend_options={"model_repository": repo},
                settings=settings, **kwargs).run()  # fmt: skip
 
 
@@ -122,10 +122,10 @@ def triggers(tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch) -> dic
     torch.jit.script(torch.nn.Identity()).save(str(plain))
     return {
         "unknown backend spec 'trition'; expected one of: ...": lambda: raised(lambda: resolve_backend("trition")),
-        "backend 'grpc://...' is not available in this version": lambda: raised(
-            lambda: preflight.check_backend("grpc://triton:8001")
-        ),
         "backend 'fancy' cannot be imported (...)": lambda: raised(lambda: preflight.check_backend("fancy")),
+        "model 'seg' on grpc://... was not ready within ... s (ready_timeout_s): ...": lambda: raised(
+            lambda: create_backend("grpc://127.0.0.1:9?ready_timeout_s=0.5", "seg").open()  # nothing listens on 9
+        ),
         "seg: unrecognized arguments: --bogus": lambda: raised(lambda: app_parser("seg").parse_args(["--bogus"])),
         "Holoscan configuration file '...' (--config) does not exist": lambda: raised(
             lambda: preflight.check_holoscan_options(["seg", "--config", str(tmp_path / "nope.yaml")])

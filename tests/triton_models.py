@@ -226,3 +226,39 @@ def guard_numpy(repo: Path, name: str = "guard_numpy") -> Path:
             "responses.append(pb_utils.InferenceResponse(output_tensors=outs))\n"
         ),
     )
+
+
+def bytes_count(repo: Path, name: str = "bytes_count") -> Path:
+    """``COUNT`` = number of elements of the BYTES input ``TEXT``, read from its shape only.
+
+    The 2.51 stub decodes BYTES data wrongly under numpy 2 (it has no DLPack path), but Triton checks
+    the serialized elements against the shape before the model runs, so the wire format is exercised.
+    """
+    return write_python_model(
+        repo,
+        name,
+        inputs=[("TEXT", "TYPE_STRING", (-1,))],
+        outputs=[("COUNT", "TYPE_INT64", (1,))],
+        execute=(
+            'shape = pb_utils.get_input_tensor_by_name(request, "TEXT").shape()\n'
+            "count = torch.tensor([int(shape[0])], dtype=torch.int64)\n"
+            'responses.append(pb_utils.InferenceResponse(output_tensors=[put("COUNT", count)]))\n'
+        ),
+    )
+
+
+def jitter(repo: Path, name: str = "jitter", *, low_s: float = 0.05, high_s: float = 0.15, instances: int = 2) -> Path:
+    """FP32 identity that sleeps a random time in ``[low_s, high_s]`` per request (deadline races)."""
+    return write_python_model(
+        repo,
+        name,
+        inputs=[("INPUT__0", "TYPE_FP32", (-1,))],
+        outputs=[("OUTPUT__0", "TYPE_FP32", (-1,))],
+        execute=(
+            "import random\n"
+            f"time.sleep(random.uniform({low_s}, {high_s}))\n"
+            'y = put("OUTPUT__0", get(request, "INPUT__0"))\n'
+            "responses.append(pb_utils.InferenceResponse(output_tensors=[y]))\n"
+        ),
+        instances=instances,
+    )

@@ -2,7 +2,9 @@
 
 Each run is a real App SDK application in its own process (``monai-triton exec``), exactly as a
 user would start it; afterwards the demo measures the Dice of grey and white matter against the
-atlas labels on the full volume and prints where every output is.
+atlas labels on the full volume and prints where every output is. The remote rows (``grpc``,
+``http``) run against a local tritonserver that the demo starts on the committed repository and
+stops afterwards; every row's labels are compared with the first row's of the same input, voxel for voxel.
 
     .venv/bin/python apps/brain_tissue_seg/demo.py [--data data/brain_tissue_seg] [--out output/brain_tissue_seg]
 """
@@ -28,6 +30,8 @@ from transforms import LABELS  # noqa: E402
 
 from monai_triton_ops import available_backends  # noqa: E402
 from monai_triton_ops.backends.registry import is_installed  # noqa: E402
+from monai_triton_ops.errors import ServerNotFoundError  # noqa: E402
+from monai_triton_ops.server import LocalTritonServer, find_tritonserver  # noqa: E402
 
 DICE_TARGET = 0.85
 RUN_TIMEOUT_S = 1800
@@ -40,6 +44,13 @@ class Result:
     seconds: float
     dice: dict[int, float]
     outputs: list[Path]
+    outputs_dir: Path
+    same_labels: bool = True
+
+    def compared(self, reference: np.ndarray | None) -> Result:
+        labels = np.asarray(nib.load(str(self.outputs_dir / "seg.nii.gz")).dataobj)
+        same = reference is not None and np.array_equal(labels, reference)
+        return Result(self.backend, self.kind, self.seconds, self.dice, self.outputs, self.outputs_dir, same)
 
 
 def ensure_sample_data(data: Path) -> None:
@@ -78,26 +89,47 @@ def main() -> int:
     local = [scheme for scheme, entry in available_backends().items() if not entry.takes_urls]
     backends = [scheme for scheme in local if is_installed(scheme)]
     reserved = [scheme for scheme in available_backends() if scheme not in backends]
-    results = []
-    for backend in backends:
-        for kind, source in inputs.items():
-            out = args.out / backend / kind
-            seconds = run_app(backend, source, out)
-            outputs = sorted(p for p in out.rglob("*") if p.is_file())
-            results.append(
-                Result(backend, kind, seconds, measure_dice(out / "seg.nii.gz", args.data / "labels.nii.gz"), outputs)
-            )
+    results = [
+        run_case(backend, backend, kind, source, args) for backend in backends for kind, source in inputs.items()
+    ]
+    remote = [scheme for scheme in ("grpc", "http") if is_installed(scheme)]
+    if remote and _has_server():
+        with LocalTritonServer(ROOT / "model_repository") as server:
+            for scheme in remote:
+                url = server.grpc_url if scheme == "grpc" else server.http_url
+                results += [run_case(scheme, url, kind, source, args) for kind, source in inputs.items()]
+        reserved = [scheme for scheme in reserved if scheme not in remote]
+    first = {r.kind: r for r in reversed(results)}  # per input kind, the first row's labels are the reference
+    results = [r.compared(np.asarray(nib.load(str(first[r.kind].outputs_dir / "seg.nii.gz")).dataobj)) for r in results]
     report(results, reserved)
-    return 0 if all(min(r.dice.values()) >= DICE_TARGET for r in results) else 1
+    return 0 if all(min(r.dice.values()) >= DICE_TARGET and r.same_labels for r in results) else 1
+
+
+def run_case(name: str, spec: str, kind: str, source: Path, args: argparse.Namespace) -> Result:
+    out = args.out / name / kind
+    seconds = run_app(spec, source, out)
+    outputs = sorted(p for p in out.rglob("*") if p.is_file())
+    return Result(name, kind, seconds, measure_dice(out / "seg.nii.gz", args.data / "labels.nii.gz"), outputs, out)
+
+
+def _has_server() -> bool:
+    try:
+        find_tritonserver()
+    except ServerNotFoundError as exc:
+        print(f"no tritonserver for the grpc/http rows: {exc}")
+        return False
+    return True
 
 
 def report(results: list[Result], reserved: list[str]) -> None:
     names = [LABELS[label] for label in sorted(LABELS)]
-    print(f"\n{'backend':<10}{'input':<8}{'seconds':>9}" + "".join(f"{'Dice ' + n:>20}" for n in names))
+    header = f"\n{'backend':<10}{'input':<8}{'seconds':>9}" + "".join(f"{'Dice ' + n:>20}" for n in names)
+    print(header + f"{'labels = 1st row':>18}")
     for r in results:
         print(
             f"{r.backend:<10}{r.kind:<8}{r.seconds:>9.1f}"
             + "".join(f"{r.dice[label]:>20.4f}" for label in sorted(LABELS))
+            + f"{'yes' if r.same_labels else 'NO':>18}"
         )
     print(f"\nDice target: >= {DICE_TARGET} for each tissue, on the full 197x233x189 volume.")
     if reserved:

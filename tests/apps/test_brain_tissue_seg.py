@@ -119,3 +119,59 @@ def test_a_corrupt_model_fails_the_run_and_writes_nothing(sample_data: Path, tmp
     (models / "brain_tissue_seg" / "1" / "model.pt").write_bytes(b"not a model")
     result = run_app(sample_data / "t1.nii.gz", tmp_path / "out", models=models)
     assert "is not a loadable TorchScript file" in one_line_error(result, tmp_path / "out")
+
+
+@pytest.mark.triton
+@pytest.mark.parametrize("how", ["minus_t", "grpc"])
+def test_on_a_local_triton_the_app_writes_the_same_labels(
+    how: str, nifti_run: Path, sample_data: Path, tmp_path: Path
+) -> None:
+    """An App SDK app started with the App SDK's own ``-t HOST:PORT`` (HTTP) runs on the remote backend unchanged."""
+    from monai_triton_ops.server import LocalTritonServer
+
+    with LocalTritonServer(REPO, startup_timeout_s=180.0) as server:
+        remote = ["-t", server.http_address] if how == "minus_t" else ["--backend", server.grpc_url]
+        command = [sys.executable, str(APP), "-i", str(sample_data / "t1.nii.gz"), "-o", str(tmp_path)]
+        command += ["-m", str(REPO), "-l", "WARN", *remote]
+        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    remote_labels = nib.load(tmp_path / "seg.nii.gz")
+    local_labels = nib.load(nifti_run / "seg.nii.gz")
+    np.testing.assert_array_equal(np.asarray(remote_labels.dataobj), np.asarray(local_labels.dataobj))
+    np.testing.assert_allclose(remote_labels.affine, local_labels.affine)
+
+
+@pytest.mark.triton
+def test_sigterm_mid_run_on_a_local_triton_leaves_no_shared_memory(sample_data: Path, tmp_path: Path) -> None:
+    """Holoscan handles SIGTERM itself and leaves from C++ (no Python atexit): the janitor process cleans up."""
+    import signal
+    import time
+
+    import tritonclient.grpc as grpcclient
+
+    from monai_triton_ops.server import LocalTritonServer
+
+    with LocalTritonServer(REPO, startup_timeout_s=180.0) as server:
+        command = [sys.executable, str(APP), "-i", str(sample_data / "t1.nii.gz"), "-o", str(tmp_path)]
+        command += ["-m", str(REPO), "-l", "WARN", "--backend", server.grpc_url]
+        app = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 300
+            while not list(Path("/dev/shm").glob(f"mto_{app.pid}_*")) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert list(Path("/dev/shm").glob(f"mto_{app.pid}_*")), "the app never used shared memory"
+            app.send_signal(signal.SIGTERM)
+            app.wait(timeout=120)
+        finally:
+            app.kill()
+            app.wait(timeout=30)
+        deadline = time.monotonic() + 60
+        while list(Path("/dev/shm").glob(f"mto_{app.pid}_*")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not list(Path("/dev/shm").glob(f"mto_{app.pid}_*"))
+        client = grpcclient.InferenceServerClient(server.grpc_address)
+        try:
+            regions = client.get_system_shared_memory_status(as_json=True, client_timeout=10).get("regions", {})
+        finally:
+            client.close()
+        assert not [name for name in regions if name.startswith(f"mto_{app.pid}_")]

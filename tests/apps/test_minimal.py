@@ -135,7 +135,7 @@ def assert_one_line_failure(result: subprocess.CompletedProcess[str], code: int,
 @pytest.mark.parametrize(
     ("case", "code", "text"),
     [
-        ("reserved_backend", 3, "backend 'grpc://127.0.0.1:8001' is not available in this version"),
+        ("unreachable_server", 3, "on grpc://127.0.0.1:9 was not ready within 2 s (ready_timeout_s)"),
         ("channels", 2, "(dim 1: expected 1, got 2); the image is [2, 48, 40, 32] (channel first"),
         ("malformed_config", 2, "config.pbtxt: not a valid Triton model configuration"),
         ("model_name", 2, "model 'minimal_seg' not found in repository"),
@@ -146,8 +146,8 @@ def test_each_failure_is_one_line_with_its_exit_code_and_no_output(
     clone: Clone, tmp_path: Path, case: str, code: int, text: str
 ) -> None:
     image, repo, out, extra = clone.image, clone.repo, tmp_path / "out", []
-    if case == "reserved_backend":
-        extra = ["--backend", "grpc://127.0.0.1:8001"]
+    if case == "unreachable_server":  # nothing listens on the discard port
+        extra = ["--backend", "grpc://127.0.0.1:9?ready_timeout_s=2"]
     elif case == "channels":
         image = clone.image2
     elif case in ("malformed_config", "model_name"):

@@ -44,6 +44,7 @@ from monai_triton_ops.repository.signatures import local_entry
 from monai_triton_ops.signature import ModelSignature, TensorSpec
 
 from ..conftest import TWO_META, UNET_META, TwoInTwoOut, nd_format, save_model, tiny_unet
+from .remote.entries import REMOTE, stop_servers
 
 Factory = Callable[..., BaseBackend]
 
@@ -134,6 +135,8 @@ def _mock(repo: Path) -> Iterator[Factory]:
 
 
 BACKENDS: dict[str, Callable[[Path], AbstractContextManager[Factory]]] = {"torch": _torch, "mock": _mock}
+BACKENDS.update(REMOTE)  # grpc-none, grpc-system, http-none, http-system: one local tritonserver for all four
+MARKS = dict.fromkeys(REMOTE, pytest.mark.triton)
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +144,13 @@ def contract_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _build(tmp_path_factory.mktemp("contract") / "repo", tmp_path_factory.mktemp("models"))
 
 
-@pytest.fixture(scope="module", params=sorted(BACKENDS))
+@pytest.fixture(scope="module", autouse=True)
+def _servers() -> Iterator[None]:
+    yield
+    stop_servers()
+
+
+@pytest.fixture(scope="module", params=[pytest.param(name, marks=MARKS.get(name, ())) for name in sorted(BACKENDS)])
 def factory(request: pytest.FixtureRequest, contract_repo: Path) -> Iterator[Factory]:
     with BACKENDS[request.param](contract_repo) as make:
         yield make

@@ -1,0 +1,71 @@
+"""The remote backend's options: each one a query-string key of the spec (``grpc://HOST:PORT?timeout_s=30``).
+
+Every option can also come from the environment, through the spec itself: ``MONAI_TRITON_BACKEND``
+holds a whole spec, query string included. ``docs/remote.md`` lists them with their defaults.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from ...errors import ConfigError
+from ..options import BackendOptions
+
+SharedMemory = Literal["auto", "system", "cuda", "none"]
+Compression = Literal["none", "gzip", "deflate"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RemoteOptions(BackendOptions):
+    """Options of ``grpc://``, ``grpcs://``, ``http://`` and ``https://`` backends.
+
+    ``timeout_s`` is every inference's default deadline (a remote call always has one);
+    ``ready_timeout_s`` the one deadline for the server and the model to be ready at open;
+    ``shared_memory`` how tensors travel: ``auto`` (system shared memory when the server is on
+    this host's loopback, else the wire), ``system`` (required: an error when it cannot work),
+    ``cuda`` (CUDA IPC regions; needs a GPU and ``cuda-python``), ``none`` (always the wire);
+    ``retries`` how many more attempts a transient error (server unavailable, queue full,
+    connection refused or reset) gets, with exponential backoff from ``backoff_s`` to
+    ``max_backoff_s``, inside the deadline; ``compression`` gRPC message compression;
+    ``keepalive_s`` gRPC keepalive ping period; ``root_certificates`` a PEM file for
+    ``grpcs://`` servers with a private CA.
+    """
+
+    timeout_s: float | None = 120.0
+    ready_timeout_s: float = 60.0
+    shared_memory: SharedMemory = "auto"
+    retries: int = 3
+    backoff_s: float = 0.05
+    max_backoff_s: float = 1.0
+    compression: Compression = "none"
+    keepalive_s: float | None = None
+    root_certificates: Path | None = None
+
+    def __post_init__(self) -> None:
+        super_post_init = getattr(super(), "__post_init__", None)
+        if super_post_init is not None:
+            super_post_init()
+        if self.timeout_s is None:
+            raise ConfigError("remote backends need a deadline on every call: timeout_s must be a number of seconds")
+        for name in ("timeout_s", "ready_timeout_s"):
+            _positive(name, getattr(self, name))
+        if self.keepalive_s is not None:
+            _positive("keepalive_s", self.keepalive_s)
+        if self.retries < 0:
+            raise ConfigError(f"retries must be >= 0, got {self.retries}")
+        if not 0 <= self.backoff_s <= self.max_backoff_s:
+            raise ConfigError(
+                f"backoff needs 0 <= backoff_s <= max_backoff_s, got {self.backoff_s} and {self.max_backoff_s}"
+            )
+        if self.shared_memory not in ("auto", "system", "cuda", "none"):
+            raise ConfigError(f"shared_memory must be auto, system, cuda or none, got {self.shared_memory!r}")
+        if self.compression not in ("none", "gzip", "deflate"):
+            raise ConfigError(f"compression must be none, gzip or deflate, got {self.compression!r}")
+
+
+def _positive(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{name} must be a finite number of seconds > 0, got {value!r}")

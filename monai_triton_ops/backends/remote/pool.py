@@ -1,0 +1,180 @@
+"""Shared memory slots for requests in flight: one region per slot, registered once, grown when a request needs more.
+
+A slot holds one request's inputs and outputs side by side (each tensor at its own 64-byte aligned
+offset; the region itself is always registered at offset 0, because 2.51 applies a registration
+offset twice). A slot is taken for one request and given back when its response has arrived, so
+at most ``max_in_flight`` slots exist in steady state and a sliding window reuses them window after
+window. Growing a slot replaces its region (unregister + unlink the old one, create and register a
+bigger one); sizes at least double, so a slot is re-registered a handful of times at most.
+
+A request that ended without its response (deadline, cancel, connection lost) may still be read
+or written by the server, so its slot is never reused: it is *quarantined* and a timer retries
+unregistering it until the server lets go (2.51 refuses "currently in use"); then it is unlinked.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from .janitor import janitor
+from .shm import SystemRegion
+from .translate import CallError, Status
+from .transport import Transport
+
+logger = logging.getLogger(__name__)
+
+ALIGN = 64
+#: Deadline of one register/unregister call.
+_CALL_TIMEOUT_S = 5.0
+_REAP_INTERVAL_S = 0.25
+
+
+def aligned(size: int) -> int:
+    return -(-size // ALIGN) * ALIGN
+
+
+class Slot:
+    """One request's region (``None`` until first sized)."""
+
+    def __init__(self) -> None:
+        self.region: SystemRegion | None = None
+
+    @property
+    def capacity(self) -> int:
+        return self.region.byte_size if self.region is not None else 0
+
+
+class RegionPool:
+    """Slots over one transport; thread-safe. Failures to create or register raise (``OSError``, ``CallError``)."""
+
+    def __init__(self, transport: Transport) -> None:
+        self._transport = transport
+        self._lock = threading.Lock()
+        self._free: list[Slot] = []
+        self._busy: set[Slot] = set()
+        self._quarantined: set[Slot] = set()
+        self._closed = False
+        self._finished = False
+        self.registrations = 0  # how many regions were registered (tests and logs read it)
+
+    def acquire(self, byte_size: int) -> Slot:
+        """A slot whose region holds ``byte_size`` bytes, registered; grows a free slot if needed."""
+        with self._lock:
+            if self._closed:
+                raise CallError(Status.CANCELLED, "the backend is closing")
+            fitting = [s for s in self._free if s.capacity >= byte_size]
+            slot = fitting[0] if fitting else (self._free[-1] if self._free else Slot())
+            if slot in self._free:
+                self._free.remove(slot)
+            self._busy.add(slot)
+        try:
+            if slot.capacity < byte_size:
+                self._grow(slot, byte_size)
+        except BaseException:
+            self.release(slot)
+            raise
+        return slot
+
+    def _grow(self, slot: Slot, byte_size: int) -> None:
+        old = slot.region
+        size = max(byte_size, 2 * old.byte_size) if old is not None else byte_size
+        slot.region = None
+        if old is not None:
+            old.close()
+        region = SystemRegion(size)
+        try:
+            self._transport.register_system_shm(region.name, region.key, region.byte_size, timeout_s=_CALL_TIMEOUT_S)
+        except BaseException:
+            region.close(unregister=False)
+            raise
+        region.unregister = self._unregister
+        janitor.add(region.name, self._transport.url)
+        region.announced = True
+        slot.region = region
+        self.registrations += 1
+        logger.debug("registered shared memory region %s (%d bytes)", region.name, region.byte_size)
+
+    def _unregister(self, name: str) -> None:
+        self._transport.unregister_system_shm(name, timeout_s=_CALL_TIMEOUT_S)
+
+    def release(self, slot: Slot) -> None:
+        """Give back a slot whose request got its response (the server is done with it)."""
+        with self._lock:
+            self._busy.discard(slot)
+            keep = not self._closed
+            if keep:
+                self._free.append(slot)
+        if not keep and slot.region is not None:
+            slot.region.close()
+
+    def quarantine(self, slot: Slot) -> None:
+        """Retire a slot the server may still be using; it is unlinked once the server lets it go."""
+        with self._lock:
+            self._busy.discard(slot)
+            self._quarantined.add(slot)
+            finished = self._finished
+        if finished:  # close() is over: one last try, then the file goes either way
+            if not self._try_retire(slot) and slot.region is not None:
+                slot.region.close(unregister=False)
+            return
+        self._schedule_reap(slot)
+
+    def _schedule_reap(self, slot: Slot) -> None:
+        timer = threading.Timer(_REAP_INTERVAL_S, self._reap, args=(slot,))
+        timer.daemon = True
+        timer.start()
+
+    def _reap(self, slot: Slot) -> None:
+        with self._lock:
+            if self._closed:  # close() retires what is left, within its deadline
+                return
+        if not self._try_retire(slot):
+            self._schedule_reap(slot)
+
+    def _try_retire(self, slot: Slot) -> bool:
+        """Unregister a quarantined slot's region; on success unlink it. Returns whether it is gone."""
+        with self._lock:
+            if slot not in self._quarantined:
+                return True
+        region = slot.region
+        if region is not None:
+            try:
+                self._transport.unregister_system_shm(region.name, timeout_s=_CALL_TIMEOUT_S)
+            except Exception as exc:  # most often "currently in use": the server still works on that request
+                logger.debug("region %s not released yet: %s", region.name, exc)
+                return False
+            region.close(unregister=False)
+        with self._lock:
+            self._quarantined.discard(slot)
+        return True
+
+    def close(self, deadline: float) -> None:
+        """Unregister and unlink every region, waiting until ``deadline`` for requests still out to end.
+
+        A slot whose request is still out comes back (released or quarantined) when its response or
+        error arrives; a quarantined one is unregistered as soon as the server lets go. What is left
+        at the deadline is unlinked (the server keeps its mapping until it restarts).
+        """
+        with self._lock:
+            self._closed = True
+            free, self._free = self._free, []
+        for slot in free:
+            if slot.region is not None:
+                slot.region.close()
+        while True:
+            with self._lock:
+                busy, pending = len(self._busy), list(self._quarantined)
+            pending = [s for s in pending if not self._try_retire(s)]
+            if (not busy and not pending) or time.monotonic() >= deadline:
+                break
+            time.sleep(_REAP_INTERVAL_S)
+        with self._lock:
+            self._finished = True
+            left = [*self._quarantined, *self._busy]
+            self._quarantined.clear()
+        for slot in left:
+            logger.warning("shared memory region %s still in use by the server at close; unlinking it", slot.region)
+            if slot.region is not None:
+                slot.region.close(unregister=False)

@@ -1,0 +1,230 @@
+"""System shared memory regions this process creates for a Triton server, and their cleanup in every case.
+
+Why not ``tritonclient.utils.shared_memory``: it attaches silently to an existing key of another
+process unless ``create_only=True``, and goes through ``multiprocessing.shared_memory``, whose
+resource tracker unlinks at exit and warns about "leaked" objects. Here a region is a file in
+``/dev/shm`` opened with ``O_CREAT | O_EXCL`` (a name already taken is never attached to) and mapped once.
+
+Names are ``mto_<pid>_<random>_<n>``: unique between processes (pid and random part) and within one
+(a counter). The same string is the Triton region name and the key (``/`` + name).
+
+Cleanup, whatever ends the process:
+
+- ``close()`` (the backend's close): unregister on the server, then unmap and unlink.
+- ``atexit`` and ``SIGTERM`` (whose default action skips ``finally`` and ``atexit``): the same for every
+  region still alive, with a short deadline for the server call; SIGTERM is then handled as before.
+- After ``fork()`` the child forgets the parent's regions, so its exit never unlinks them.
+- Whatever else ends it (SIGKILL, Holoscan's own SIGTERM handling, an exit from C++): the janitor process
+  (``janitor.py``) unregisters and unlinks what is left, and :func:`remove_stale_regions` removes regions
+  whose creator pid is gone at the next open.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import mmap
+import os
+import secrets
+import signal
+import threading
+from collections.abc import Callable
+from itertools import count
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import numpy as np
+
+from ...server.environment import pid_exists
+from .janitor import janitor
+
+logger = logging.getLogger(__name__)
+
+SHM_DIR = Path("/dev/shm")  # noqa: S108 - POSIX shared memory on Linux; only our own names are created or removed
+PREFIX = "mto_"
+PAGE = mmap.PAGESIZE
+#: Free space kept in /dev/shm beyond a new region, so a region never takes the last bytes from other users.
+_HEADROOM = 16 << 20
+
+Unregister = Callable[[str], None]
+
+_lock = threading.RLock()  # re-entrant: the SIGTERM handler runs on the main thread, maybe inside it
+_live: dict[str, SystemRegion] = {}
+_token = secrets.token_hex(4)
+_counter = count()
+_hooks_installed = False
+_previous_sigterm: Any = None
+
+
+class ShmSpaceError(OSError):
+    """``/dev/shm`` has too little free space for a planned region (tmpfs would SIGBUS on the first write)."""
+
+
+def _name() -> str:
+    return f"{PREFIX}{os.getpid()}_{_token}_{next(_counter)}"
+
+
+class SystemRegion:
+    """One region of ``byte_size`` bytes, created by this process; ``unregister`` is called once before unlink."""
+
+    def __init__(self, byte_size: int) -> None:
+        size = max(PAGE, -(-byte_size // PAGE) * PAGE)
+        check_free_space(size)
+        while True:
+            name = _name()
+            try:
+                fd = os.open(SHM_DIR / name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+            except FileExistsError:  # someone took our name: pick another, never attach
+                logger.warning("shared memory name %s is taken by another process; choosing another", name)
+                continue
+            break
+        try:
+            os.ftruncate(fd, size)
+            self._mmap: mmap.mmap | None = mmap.mmap(fd, size)
+        except BaseException:
+            os.close(fd)
+            _unlink(name)
+            raise
+        os.close(fd)
+        self.name = name
+        self.key = "/" + name
+        self.byte_size = size
+        self.pid = os.getpid()
+        self.unregister: Unregister | None = None
+        self.announced = False  # the janitor knows it (it is registered on a server)
+        self._closed = False
+        _track(self)
+
+    @property
+    def buffer(self) -> mmap.mmap:
+        if self._mmap is None:
+            raise ValueError(f"shared memory region {self.name} is closed")
+        return self._mmap
+
+    def view(self, dtype: np.dtype[Any], shape: tuple[int, ...], offset: int) -> np.ndarray:
+        """A numpy view of the region (valid until close; copy before handing it to anyone)."""
+        items = int(np.prod(shape, dtype=np.int64))
+        return np.frombuffer(self.buffer, dtype=dtype, count=items, offset=offset).reshape(shape)
+
+    def write(self, array: np.ndarray, offset: int) -> None:
+        """Copy ``array`` into the region at ``offset`` (one copy, no temporary)."""
+        np.copyto(self.view(array.dtype, array.shape, offset), array, casting="no")
+
+    def write_bytes(self, data: bytes, offset: int) -> None:
+        self.buffer[offset : offset + len(data)] = data
+
+    def close(self, *, unregister: bool = True) -> None:
+        """Unregister (if asked and a server knows the region), unmap and unlink; idempotent; creator only."""
+        if self._closed or os.getpid() != self.pid:
+            return
+        self._closed = True
+        _untrack(self)
+        hook, self.unregister = self.unregister, None
+        if unregister and hook is not None:
+            try:
+                hook(self.name)
+            except Exception as exc:  # the file goes anyway; the server keeps its mapping until it unregisters
+                logger.warning("could not unregister shared memory region %s: %s", self.name, exc)
+        if self.announced:
+            janitor.drop(self.name)
+        mapping, self._mmap = self._mmap, None
+        if mapping is not None:
+            with contextlib.suppress(BufferError):  # a view still alive: the mapping goes with its last view
+                mapping.close()
+        _unlink(self.name)
+
+    def __repr__(self) -> str:
+        return f"<SystemRegion {self.name} {self.byte_size} bytes{' closed' if self._closed else ''}>"
+
+
+def check_free_space(byte_size: int) -> None:
+    """Refuse a region ``/dev/shm`` cannot hold: tmpfs accepts ``ftruncate`` and ``mmap`` and SIGBUSes later."""
+    stats = os.statvfs(SHM_DIR)
+    free = stats.f_bavail * stats.f_frsize
+    if free < byte_size + _HEADROOM:
+        raise ShmSpaceError(f"{SHM_DIR} has {free} bytes free, too little for a {byte_size}-byte region")
+
+
+def _unlink(name: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(SHM_DIR / name)
+
+
+def live_regions() -> list[str]:
+    """Names of the regions this process holds now."""
+    with _lock:
+        return sorted(_live)
+
+
+# -- cleanup at exit, on SIGTERM, after fork ------------------------------------------------------
+def _track(region: SystemRegion) -> None:
+    with _lock:
+        _live[region.name] = region
+    _install_hooks()
+
+
+def _untrack(region: SystemRegion) -> None:
+    with _lock:
+        _live.pop(region.name, None)
+
+
+def close_all() -> None:
+    """Close every region this process created (``atexit`` and SIGTERM call it)."""
+    with _lock:
+        regions = [r for r in _live.values() if r.pid == os.getpid()]
+    for region in regions:
+        region.close()
+
+
+def _install_hooks() -> None:
+    global _hooks_installed, _previous_sigterm
+    with _lock:
+        if _hooks_installed:
+            return
+        _hooks_installed = True
+    atexit.register(close_all)
+    os.register_at_fork(after_in_child=_forget_parent_regions)
+    if threading.current_thread() is not threading.main_thread():
+        logger.debug("shared memory created off the main thread: no SIGTERM handler (atexit still cleans up)")
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is signal.SIG_IGN or previous is None:  # ignored, or a handler installed outside Python: keep it
+        return
+    _previous_sigterm = previous
+    signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    close_all()
+    previous = _previous_sigterm
+    if callable(previous):
+        previous(signum, frame)
+        return
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # then die of SIGTERM, as without us
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _forget_parent_regions() -> None:
+    global _lock
+    _lock = threading.RLock()  # another parent thread may have held it at fork time
+    _live.clear()  # the parent's: never unlinked by this child (hooks are inherited and find only the child's own)
+
+
+# -- leftovers of killed processes -----------------------------------------------------------------
+def remove_stale_regions(unregister: Unregister | None = None) -> list[str]:
+    """Unregister (on the given server) and unlink regions whose creating process no longer exists."""
+    removed = []
+    for path in SHM_DIR.glob(f"{PREFIX}*_*_*"):
+        pid = path.name[len(PREFIX) :].split("_", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or pid_exists(int(pid)):
+            continue
+        if unregister is not None:
+            with contextlib.suppress(Exception):
+                unregister(path.name)
+        _unlink(path.name)
+        removed.append(path.name)
+    if removed:
+        logger.info("removed %d shared memory regions left by processes that no longer run", len(removed))
+    return removed

@@ -1,0 +1,63 @@
+"""A client process for the multi-process tests: ``python -m tests.backends.remote.child MODE SPEC MODEL``.
+
+``loop``   open, print ``ready <regions>``, then infer until killed (the SIGTERM test)
+``run``    open, 200 exact requests, print ``regions <names>``, close
+``fork``   open, infer, fork: the child opens its own backend and infers, the parent infers again after it
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+
+from monai_triton_ops import create_backend
+from monai_triton_ops.backends.remote import shm
+
+
+def _check(backend, value: float) -> None:  # type: ignore[no-untyped-def]
+    x = np.full(64, value, np.float32)
+    out = backend.infer({"INPUT__0": x})["OUTPUT__0"]
+    if not np.array_equal(out, x):
+        raise SystemExit(f"wrong result for {value}")
+
+
+def main(mode: str, spec: str, model: str) -> int:
+    backend = create_backend(spec, model).open()
+    _check(backend, 1.0)
+    if mode == "loop":
+        print("ready", json.dumps(shm.live_regions()), flush=True)
+        i = 0
+        while True:
+            i += 1
+            _check(backend, float(i))
+    if mode == "run":
+        for i in range(200):
+            _check(backend, float(i))
+        print("regions", json.dumps(shm.live_regions()), flush=True)
+        backend.close()
+        return 0
+    if mode == "fork":
+        mine = shm.live_regions()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                with create_backend(spec, model) as other:
+                    _check(other, 2.0)
+            except BaseException as exc:  # report, never run the parent's code in the child
+                print(f"child failed: {exc!r}", flush=True)
+                os._exit(1)
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        _check(backend, 3.0)
+        alive = all((shm.SHM_DIR / name).exists() for name in mine)
+        print("fork", os.waitstatus_to_exitcode(status), "parent regions intact" if alive else "parent regions gone")
+        backend.close()
+        return 0
+    raise SystemExit(f"unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:4]))

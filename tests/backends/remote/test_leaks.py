@@ -1,0 +1,63 @@
+"""2,000 requests after warm-up leave this client's memory, open files, threads and /dev/shm as they were."""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from monai_triton_ops.backends.remote import shm
+from monai_triton_ops.server import LocalTritonServer, TritonInstall
+
+from ... import triton_models
+from .conftest import Open, serve, url
+
+pytestmark = pytest.mark.triton
+WARM_UP = 200
+REQUESTS = 2000
+
+
+@pytest.fixture(scope="module")
+def server(triton_install: TritonInstall, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTritonServer]:
+    repo = tmp_path_factory.mktemp("leaks") / "repo"
+    triton_models.identity(repo, "ident", dims=(-1, -1))
+    yield from serve(repo, tmp_path_factory.mktemp("server_tmp"))
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _snapshot() -> dict[str, object]:
+    gc.collect()
+    return {
+        "fds": len(os.listdir("/proc/self/fd")),
+        "threads": len(os.listdir("/proc/self/task")),
+        "python threads": threading.active_count(),
+        "regions": sorted(p.name for p in shm.SHM_DIR.glob(f"{shm.PREFIX}{os.getpid()}_*")),
+    }
+
+
+@pytest.mark.parametrize("scheme", ["grpc", "http"])
+def test_two_thousand_requests_leak_nothing(server: LocalTritonServer, open_backend: Open, scheme: str) -> None:
+    backend = open_backend(f"{url(server, scheme)}?shared_memory=system&max_in_flight=2", "ident")
+    x = np.random.default_rng(0).standard_normal((2, 4096)).astype(np.float32)  # 32 KB: cheap, but not tiny
+
+    def run(count: int) -> None:
+        for start in range(0, count, 2):  # two in flight at a time, as a sliding window does
+            futures = [backend.submit({"INPUT__0": x + i}) for i in range(start, start + 2)]
+            for i, future in zip(range(start, start + 2), futures, strict=True):
+                np.testing.assert_array_equal(future.result(timeout=60)["OUTPUT__0"], x + i)
+
+    run(WARM_UP)
+    before, rss_before = _snapshot(), _rss_bytes()
+    run(REQUESTS)
+    after, rss_after = _snapshot(), _rss_bytes()
+    print(f"{scheme}: RSS {rss_before / 2**20:.1f} -> {rss_after / 2**20:.1f} MiB over {REQUESTS} requests; {after}")
+    assert after == before
+    assert rss_after <= rss_before * 1.05, (rss_before, rss_after)
