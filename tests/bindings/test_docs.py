@@ -34,4 +34,5 @@ def test_the_documented_inference_runs(tmp_path: Path) -> None:
         env={**os.environ, "TMPDIR": str(tmp_path)},  # the example's temporary folder stays in the test's
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "'count': 1" in result.stdout and "nv_" in result.stdout
+    assert "'count': 1" in result.stdout
+    assert "nv_" in result.stdout
