@@ -381,6 +381,36 @@ def test_buffer_attributes_callback_follows_each_allocation(server: Any) -> None
     np.testing.assert_array_equal(outcome.outputs["OUTPUT__0"], [1, 1, 1])
 
 
+# -- request trampolines driven directly, in both orders --------------------------------------------------
+@pytest.mark.parametrize("order", ["release first", "final first"])
+def test_callbacks_in_either_order(server: Any, order: str) -> None:
+    import weakref
+
+    from monai_triton_ops.bindings import request as request_module
+
+    x = np.ones(4, np.float32)
+    held = weakref.ref(x)
+    request = make_request(server, "passthrough", {"INPUT__0": x})
+    del x
+    request.set_response_callback(b.ArrayAllocator(), None, lambda *_: None)
+    flight = request._lend()  # what infer_async does before the C call
+    handle = request._handle
+    release = (None, int(b.TRITONSERVER_RequestReleaseFlag.ALL), handle)
+    final = (None, int(b.TRITONSERVER_ResponseCompleteFlag.FINAL), handle)
+    first, second = (request_module._RELEASE, request_module._RESPONSE)
+    first_args, second_args = (release, final)
+    if order == "final first":
+        first, second, first_args, second_args = second, first, second_args, first_args
+    del request
+    first(*first_args)
+    assert not flight.future.done()
+    assert held() is not None  # the request (and its inputs) live until both have come
+    second(*second_args)
+    assert flight.future.done()
+    assert flight.future.exception() is None
+    assert held() is None  # nothing referenced the request any more: deleted with its inputs
+
+
 # -- allocator trampolines driven directly ---------------------------------------------------------------
 class _Context:
     """The Python side of an in-flight request, as an allocator callback finds it through its handle."""
