@@ -25,7 +25,7 @@ from tests import triton_models
 from tests.bindings.harness import case_server, submit, thread_count, stub_pids
 
 def slow(repo):
-    triton_models.passthrough(repo, "slow", delay_s=0.3)
+    triton_models.passthrough(repo, "slow", delay_s=0.2)
 
 def eight_in_flight(server):
     released = []
