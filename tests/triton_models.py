@@ -6,7 +6,8 @@ broken path on purpose, for the test that our clients refuse a short output).
 
 ``write_python_model`` writes any model from an ``execute`` body; the presets below are the kit the
 failure-mode tests need (identity, slow, queue-limited, raising, crashing, empty output, dynamic output
-size, decoupled final-only).
+size, decoupled final-only). ``passthrough`` is an identity that never imports torch in the stub: it loads
+in a fraction of a second, for leak loops and benchmarks that measure the transport, not the model.
 """
 
 from __future__ import annotations
@@ -262,3 +263,48 @@ def jitter(repo: Path, name: str = "jitter", *, low_s: float = 0.05, high_s: flo
         ),
         instances=instances,
     )
+
+
+_PASSTHROUGH_PY = """\
+import time
+
+import triton_python_backend_utils as pb_utils
+
+DELAY_S = {delay_s!r}
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        if DELAY_S:
+            time.sleep(DELAY_S)
+        responses = []
+        for request in requests:
+            tensor = pb_utils.get_input_tensor_by_name(request, "INPUT__0")
+            output = pb_utils.Tensor.from_dlpack("OUTPUT__0", tensor)
+            responses.append(pb_utils.InferenceResponse(output_tensors=[output]))
+        return responses
+"""
+
+
+def passthrough(
+    repo: Path,
+    name: str = "passthrough",
+    *,
+    dtype: str = "TYPE_FP32",
+    dims: Sequence[int] = (-1,),
+    delay_s: float = 0.0,
+    instances: int = 1,
+) -> Path:
+    """``OUTPUT__0 = INPUT__0`` handed back as the stub's own tensor through DLPack, without torch."""
+    (repo / name / "1").mkdir(parents=True, exist_ok=True)
+    config = [
+        f'name: "{name}"',
+        'backend: "python"',
+        "max_batch_size: 0",
+        "input [ " + _tensor(("INPUT__0", dtype, dims)) + " ]",
+        "output [ " + _tensor(("OUTPUT__0", dtype, dims)) + " ]",
+        f"instance_group [ {{ kind: KIND_CPU count: {instances} }} ]",
+    ]
+    (repo / name / "config.pbtxt").write_text("\n".join(config) + "\n")
+    (repo / name / "1" / "model.py").write_text(_PASSTHROUGH_PY.format(delay_s=delay_s))
+    return repo

@@ -1,15 +1,19 @@
-"""Find a ``tritonserver`` installation: an explicit path, ``TRITONSERVER_HOME``, or the nvidia-pytriton wheel.
+"""Find a Triton installation: the ``tritonserver`` executable (local server) or ``libtritonserver.so`` (in-process).
 
-The first one given wins and a bad one is an error, never a silent fall-through to the next: a user
-who points at a server must get that server or be told why not.
+The first location given wins and a bad one is an error, never a silent fall-through to the next: a
+user who points at a server must get that server or be told why not. Both searches share the wheel
+and install layouts below, so the local server and the in-process binding always agree::
+
+    executable:  server_path > $TRITONSERVER_HOME > nvidia-pytriton wheel
+    library:     path > $TRITONSERVER_LIB > $TRITONSERVER_HOME/lib > /opt/tritonserver/lib > nvidia-pytriton wheel
 
 Two layouts are understood::
 
     nvidia-pytriton wheel (site-packages)            Triton install (NGC container, /opt/tritonserver)
     pytriton/tritonserver/bin/tritonserver           bin/tritonserver
     pytriton/tritonserver/backends/python/           backends/python/  (stub included)
-    pytriton/tritonserver/python_backend_stubs/X.Y/  lib/
-    nvidia_pytriton.libs/
+    pytriton/tritonserver/python_backend_stubs/X.Y/  lib/libtritonserver.so
+    nvidia_pytriton.libs/libtritonserver-<hash>.so
 """
 
 from __future__ import annotations
@@ -28,11 +32,22 @@ logger = logging.getLogger(__name__)
 
 #: Environment variable naming a Triton install folder (the one holding ``bin/tritonserver``).
 HOME_ENV = "TRITONSERVER_HOME"
+#: Environment variable naming ``libtritonserver.so`` itself.
+LIB_ENV = "TRITONSERVER_LIB"
+#: Where the NGC images install Triton.
+SYSTEM_HOME = Path("/opt/tritonserver")
 #: How to get a server when there is none.
 INSTALL_HINT = (
     "install the Triton server shipped in a wheel with `pip install --no-deps nvidia-pytriton==0.7.0`, "
     f"or set {HOME_ENV} to a Triton install folder (holding bin/tritonserver), or pass server_path"
 )
+#: How to get the library when there is none.
+LIBRARY_HINT = (
+    "install the Triton library shipped in a wheel with `pip install --no-deps nvidia-pytriton==0.7.0`, "
+    f"or set {HOME_ENV} to a Triton install folder (holding lib/libtritonserver.so), "
+    f"or set {LIB_ENV} to the library file"
+)
+_LIB_GLOB = "libtritonserver*.so*"
 STUB_NAME = "triton_python_backend_stub"
 PYTHON_BACKEND_FILES = ("libtriton_python.so", "triton_python_backend_utils.py")
 
@@ -119,3 +134,81 @@ def _find_stub(home: Path, python_dir: Path) -> Path | None:
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return candidate
     return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TritonLibrary:
+    """``libtritonserver.so`` and what loading it in-process needs."""
+
+    path: Path
+    """The shared library file."""
+    source: str
+    """Where it was found: ``"path"``, ``"TRITONSERVER_LIB"``, ``"TRITONSERVER_HOME"``, ``"/opt/tritonserver"``
+    or ``"nvidia-pytriton"``."""
+    lib_dirs: tuple[Path, ...]
+    """Folders holding the libraries it needs (the wheel bundles them next to it under mangled names)."""
+    install: TritonInstall | None
+    """The installation around it (backends, Python stub), when it sits in one."""
+
+
+def find_triton_library(
+    path: str | os.PathLike[str] | None = None, *, environ: Mapping[str, str] | None = None
+) -> TritonLibrary:
+    """Locate ``libtritonserver.so``: ``path`` (file or folder), ``$TRITONSERVER_LIB``, ``$TRITONSERVER_HOME/lib``,
+    ``/opt/tritonserver/lib``, then the nvidia-pytriton wheel.
+
+    Raises:
+        ServerNotFoundError: the chosen location holds no library, or none was found; the message says how
+            to install one.
+    """
+    env = os.environ if environ is None else environ
+    if path is not None:
+        return _library_at(Path(path).expanduser(), source="path")
+    if env.get(LIB_ENV):
+        return _library_at(Path(env[LIB_ENV]).expanduser(), source=LIB_ENV)
+    if env.get(HOME_ENV):
+        return _library_at(Path(env[HOME_ENV]).expanduser() / "lib", source=HOME_ENV)
+    if (SYSTEM_HOME / "lib").is_dir() and _library_files(SYSTEM_HOME / "lib"):
+        return _library_at(SYSTEM_HOME / "lib", source=str(SYSTEM_HOME))
+    wheel_home = _wheel_home()
+    wheel_libs = wheel_home.parent.parent / "nvidia_pytriton.libs" if wheel_home is not None else None
+    if wheel_libs is None or not wheel_libs.is_dir():
+        raise ServerNotFoundError(
+            f"no libtritonserver found: the nvidia-pytriton wheel is not installed; {LIBRARY_HINT}"
+        )
+    return _library_at(wheel_libs, source="nvidia-pytriton")
+
+
+def _library_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.glob(_LIB_GLOB) if p.is_file())
+
+
+def _library_at(path: Path, *, source: str) -> TritonLibrary:
+    """The library at ``path`` (the file, or the one ``libtritonserver*.so`` in a folder) and its surroundings."""
+    if path.is_dir():
+        found = _library_files(path)
+        if not found:
+            raise ServerNotFoundError(f"no libtritonserver*.so in {str(path)!r} (from {source}); {LIBRARY_HINT}")
+        path = found[0]
+    if not path.is_file():
+        raise ServerNotFoundError(f"no libtritonserver library at {str(path)!r} (from {source}); {LIBRARY_HINT}")
+    path = path.resolve()
+    install = _install_around(path, source=source)
+    lib_dirs = [path.parent, *(install.lib_dirs if install is not None else ())]
+    library = TritonLibrary(path=path, source=source, lib_dirs=tuple(dict.fromkeys(lib_dirs)), install=install)
+    logger.debug("libtritonserver found (%s): %s", source, library)
+    return library
+
+
+def _install_around(library: Path, *, source: str) -> TritonInstall | None:
+    """The install holding ``library``: ``<home>/lib/`` (NGC) or the wheel's ``nvidia_pytriton.libs/``."""
+    if library.parent.name == "nvidia_pytriton.libs":
+        home = library.parent.parent / "pytriton" / "tritonserver"
+    elif library.parent.name == "lib":
+        home = library.parent.parent
+    else:
+        return None
+    try:
+        return _from_path(home, source=source)
+    except ServerNotFoundError:
+        return None
