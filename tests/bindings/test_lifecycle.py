@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -106,12 +107,12 @@ def test_stop_from_an_atexit_handler() -> None:
     assert "stopped at exit" in out
 
 
-def test_exit_without_closing_anything() -> None:
-    script = PRELUDE + textwrap.dedent("""
+def test_exit_without_closing_anything(tmp_path: Path) -> None:
+    script = PRELUDE + textwrap.dedent(f"""
     import sys
     from tests.bindings.harness import start_server
     from pathlib import Path
-    folder = Path(__import__("tempfile").mkdtemp())
+    folder = Path({str(tmp_path)!r})
     slow(folder / "repo")
     started = start_server(folder / "repo", folder / "work", models=["slow"], exit_timeout_s=10)
     futures, released = eight_in_flight(started.server)
