@@ -143,7 +143,7 @@ class Call:
         """The transport's callback (any thread): never raises."""
         try:
             if error is None and result is not None and plan is not None:
-                outputs = self._read(plan, result)
+                outputs = self._read(plan, result)  # leases the slot when outputs are views of it
                 self._free(plan, reuse=True)
                 self._settle(result=outputs)
                 return
@@ -191,6 +191,7 @@ class Call:
         if self._settled:
             return
         self._settled = True
+        self._handle = None  # the transport's call holds our callback: no cycle keeping the results alive
         self.context.ended(self)
         try:
             if exc is not None:
@@ -248,6 +249,7 @@ class Call:
     def _read(self, plan: _Plan, result: WireResult) -> Outputs:
         outputs: Outputs = {}
         sizes: dict[str, int] = {}
+        in_slot: dict[str, tuple[np.dtype[Any], tuple[int, ...], int]] = {}
         for name in self.request.outputs:
             spec = self.context.signature.output(name)
             got = result.datatype(name)
@@ -255,18 +257,32 @@ class Call:
                 raise InferenceError(f"model {self.name!r} output {name!r}: expected dtype {spec.dtype}, got {got}")
             shape = result.shape(name)
             ref = plan.reserved.get(name)
-            if ref is not None and plan.slot is not None and plan.slot.region is not None:
-                dtype = dtype_to_numpy(spec.dtype)
-                nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-                if nbytes > ref.byte_size:
-                    raise InferenceError(f"model {self.name!r} output {name!r}: {nbytes} bytes exceed its place")
-                outputs[name] = plan.slot.region.view(dtype, shape, ref.offset).copy()  # the slot serves others next
-            else:
+            if ref is None:
                 outputs[name] = _owned(self.name, name, shape, result)
-            sizes[name] = int(outputs[name].nbytes)
+                sizes[name] = int(outputs[name].nbytes)
+                continue
+            dtype = dtype_to_numpy(spec.dtype)
+            nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            if nbytes > ref.byte_size:
+                raise InferenceError(f"model {self.name!r} output {name!r}: {nbytes} bytes exceed its place")
+            in_slot[name] = (dtype, shape, ref.offset)
+            sizes[name] = nbytes
+        if in_slot:
+            outputs.update(self._from_slot(plan, in_slot))
         if self.context.pool is not None:
             self.context.sizes.learn(self._key, sizes)
         return outputs
+
+    def _from_slot(self, plan: _Plan, places: dict[str, tuple[np.dtype[Any], tuple[int, ...], int]]) -> Outputs:
+        """Outputs written into the slot: handed out as views (the slot leased until they are gone), or copies."""
+        pool, slot = self.context.pool, plan.slot
+        assert pool is not None  # noqa: S101 - outputs in a slot need a pool
+        assert slot is not None  # noqa: S101
+        assert slot.region is not None  # noqa: S101
+        if pool.can_lease():
+            plan.slot = None  # the pool holds it until the caller drops the arrays
+            return dict(zip(places, pool.lease_views(slot, list(places.values())), strict=True))
+        return {name: slot.region.view(d, shape, offset).copy() for name, (d, shape, offset) in places.items()}
 
 
 def _wire_plan(signature: ModelSignature, arrays: dict[str, np.ndarray], outputs: tuple[str, ...]) -> _Plan:

@@ -27,7 +27,7 @@ from monai_triton_ops.server import LocalTritonServer, TritonInstall
 from monai_triton_ops.server.ports import pick_free_ports
 
 from ... import triton_models
-from .conftest import MODE_IDS, MODES, Open, serve, url
+from .conftest import MODE_IDS, MODES, Open, executions, serve, url
 
 pytestmark = pytest.mark.triton
 MIXED = ("TYPE_FP32", "TYPE_INT64", "TYPE_UINT8", "TYPE_BOOL")
@@ -131,8 +131,7 @@ def test_an_output_that_outgrows_its_slot_is_fetched_again_once(
 
 
 def _executions(backend) -> int:
-    stats = backend.statistics()["model_stats"][0]
-    return int(stats.get("execution_count", 0))
+    return executions(backend)
 
 
 @pytest.mark.parametrize("scheme", ["grpc", "http"])
