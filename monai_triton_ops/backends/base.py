@@ -406,6 +406,8 @@ class BaseBackend(ABC):
             return
         if call.timer is not None:
             call.timer.cancel()
+            call.timer = None  # the timer's callback holds the call: a cycle, kept (with its results) until GC
+        call.drop_results()  # the timer heap may hold the call a while longer; the caller's future has them
         with self._lock:
             self._calls.discard(call)
             self._lock.notify_all()

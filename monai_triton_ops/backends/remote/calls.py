@@ -77,6 +77,8 @@ class Context:
     sizes: OutputSizes
     backoff: Backoff
     default_timeout_s: float
+    #: ``shared_memory=auto``: a slot that cannot be had (``/dev/shm`` full) sends that request in the body instead.
+    fallback: bool = True
     started: Callable[[Call], None] = field(default=lambda call: None)
     ended: Callable[[Call], None] = field(default=lambda call: None)
 
@@ -95,7 +97,7 @@ class Call:
     def __init__(self, context: Context, request: InferRequest) -> None:
         self.context = context
         self.request = request
-        self.future: Future[Mapping[str, Any]] = Future()
+        self.future: Future[Mapping[str, Any]] | None = Future()
         self._attempt = 0
         self._shm_outputs = True
         self._handle: Cancel | None = None
@@ -105,9 +107,11 @@ class Call:
 
     # -- attempts ---------------------------------------------------------------------------------
     def start(self) -> Future[Mapping[str, Any]]:
+        future = self.future
+        assert future is not None  # noqa: S101 - a call starts once
         self.context.started(self)
         self._send()
-        return self.future
+        return future
 
     def cancel(self) -> None:
         handle = self._handle
@@ -193,11 +197,16 @@ class Call:
         self._settled = True
         self._handle = None  # the transport's call holds our callback: no cycle keeping the results alive
         self.context.ended(self)
+        # Whoever still references this call (gRPC keeps its last call) must not keep the results, which may
+        # be views of a leased shared memory slot: the future goes once it is set.
+        future, self.future = self.future, None
+        if future is None:
+            return
         try:
             if exc is not None:
-                self.future.set_exception(exc)
+                future.set_exception(exc)
             else:
-                self.future.set_result(result or {})
+                future.set_result(result or {})
         except InvalidStateError:  # cancelled by the caller meanwhile
             pass
 
@@ -222,7 +231,15 @@ class Call:
                 continue
             out_places[name] = (offset, max(1, sizes[name]))
             offset = aligned(offset + max(1, sizes[name]))
-        slot = pool.acquire(max(offset, 1))
+        try:
+            slot = pool.acquire(max(offset, 1))
+        except (OSError, CallError) as exc:
+            if not self.context.fallback or (isinstance(exc, CallError) and exc.status is Status.CANCELLED):
+                raise
+            logger.warning(
+                "model %r: no shared memory slot (%s); this request goes in the request body", self.name, exc
+            )
+            return _wire_plan(self.context.signature, arrays, self.request.outputs)
         region = slot.region
         assert region is not None  # noqa: S101 - acquire() sizes the slot
         inputs = []
