@@ -20,6 +20,7 @@ import functools
 import logging
 import threading
 import time
+import weakref
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -240,7 +241,9 @@ class BaseBackend(ABC):
                 raise BackendStateError(f"{self!r}: submit() needs an open backend (state {self._state.value})")
             self._calls.add(call)
             self._queue.extend((call, index) for index in range(len(requests)))
-        call.future.add_done_callback(functools.partial(self._forget, call))
+        # A weak reference: the future keeps its callbacks, so a strong one would make a cycle that keeps every
+        # result alive until the garbage collector runs (shared-memory outputs are leased until their arrays go).
+        call.future.add_done_callback(functools.partial(self._forget, weakref.ref(call)))
         if deadline is not None:
             call.timer = call_at(deadline, functools.partial(self._expire, call))
         logger.debug(
@@ -397,9 +400,14 @@ class BaseBackend(ABC):
             except Exception:  # best effort: the call has already failed with a clear error
                 logger.warning("%r: cancelling a request failed", self, exc_info=True)
 
-    def _forget(self, call: Call, future: Future[dict[str, ArrayLike]]) -> None:
+    def _forget(self, ref: weakref.ref[Call], future: Future[dict[str, ArrayLike]]) -> None:
+        call = ref()
+        if call is None:  # already forgotten
+            return
         if call.timer is not None:
             call.timer.cancel()
+            call.timer = None  # the timer's callback holds the call: a cycle, kept (with its results) until GC
+        call.drop_results()  # the timer heap may hold the call a while longer; the caller's future has them
         with self._lock:
             self._calls.discard(call)
             self._lock.notify_all()

@@ -61,6 +61,11 @@ class Call:
             self._settled = True
             return [r for r in self._results if r is not None]
 
+    def drop_results(self) -> None:
+        """Forget the per-request outputs once the caller's future holds them (they may be leased memory)."""
+        with self._lock:
+            self._results = [None] * len(self._results)
+
     def settle(self) -> bool:
         """True exactly once: whoever gets it completes the future."""
         with self._lock:

@@ -112,6 +112,7 @@ class RemoteBackend(BaseBackend):
             sizes=OutputSizes(),
             backoff=Backoff(retries=options.retries, base_s=options.backoff_s, cap_s=options.max_backoff_s),
             default_timeout_s=float(options.timeout_s or 0) or 120.0,
+            fallback=options.shared_memory == "auto",
             started=self._started,
             ended=self._ended,
         )

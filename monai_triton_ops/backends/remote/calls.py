@@ -77,6 +77,8 @@ class Context:
     sizes: OutputSizes
     backoff: Backoff
     default_timeout_s: float
+    #: ``shared_memory=auto``: a slot that cannot be had (``/dev/shm`` full) sends that request in the body instead.
+    fallback: bool = True
     started: Callable[[Call], None] = field(default=lambda call: None)
     ended: Callable[[Call], None] = field(default=lambda call: None)
 
@@ -95,7 +97,7 @@ class Call:
     def __init__(self, context: Context, request: InferRequest) -> None:
         self.context = context
         self.request = request
-        self.future: Future[Mapping[str, Any]] = Future()
+        self.future: Future[Mapping[str, Any]] | None = Future()
         self._attempt = 0
         self._shm_outputs = True
         self._handle: Cancel | None = None
@@ -105,9 +107,11 @@ class Call:
 
     # -- attempts ---------------------------------------------------------------------------------
     def start(self) -> Future[Mapping[str, Any]]:
+        future = self.future
+        assert future is not None  # noqa: S101 - a call starts once
         self.context.started(self)
         self._send()
-        return self.future
+        return future
 
     def cancel(self) -> None:
         handle = self._handle
@@ -143,7 +147,7 @@ class Call:
         """The transport's callback (any thread): never raises."""
         try:
             if error is None and result is not None and plan is not None:
-                outputs = self._read(plan, result)
+                outputs = self._read(plan, result)  # leases the slot when outputs are views of it
                 self._free(plan, reuse=True)
                 self._settle(result=outputs)
                 return
@@ -191,12 +195,18 @@ class Call:
         if self._settled:
             return
         self._settled = True
+        self._handle = None  # the transport's call holds our callback: no cycle keeping the results alive
         self.context.ended(self)
+        # Whoever still references this call (gRPC keeps its last call) must not keep the results, which may
+        # be views of a leased shared memory slot: the future goes once it is set.
+        future, self.future = self.future, None
+        if future is None:
+            return
         try:
             if exc is not None:
-                self.future.set_exception(exc)
+                future.set_exception(exc)
             else:
-                self.future.set_result(result or {})
+                future.set_result(result or {})
         except InvalidStateError:  # cancelled by the caller meanwhile
             pass
 
@@ -221,7 +231,15 @@ class Call:
                 continue
             out_places[name] = (offset, max(1, sizes[name]))
             offset = aligned(offset + max(1, sizes[name]))
-        slot = pool.acquire(max(offset, 1))
+        try:
+            slot = pool.acquire(max(offset, 1))
+        except (OSError, CallError) as exc:
+            if not self.context.fallback or (isinstance(exc, CallError) and exc.status is Status.CANCELLED):
+                raise
+            logger.warning(
+                "model %r: no shared memory slot (%s); this request goes in the request body", self.name, exc
+            )
+            return _wire_plan(self.context.signature, arrays, self.request.outputs)
         region = slot.region
         assert region is not None  # noqa: S101 - acquire() sizes the slot
         inputs = []
@@ -248,6 +266,7 @@ class Call:
     def _read(self, plan: _Plan, result: WireResult) -> Outputs:
         outputs: Outputs = {}
         sizes: dict[str, int] = {}
+        in_slot: dict[str, tuple[np.dtype[Any], tuple[int, ...], int]] = {}
         for name in self.request.outputs:
             spec = self.context.signature.output(name)
             got = result.datatype(name)
@@ -255,18 +274,32 @@ class Call:
                 raise InferenceError(f"model {self.name!r} output {name!r}: expected dtype {spec.dtype}, got {got}")
             shape = result.shape(name)
             ref = plan.reserved.get(name)
-            if ref is not None and plan.slot is not None and plan.slot.region is not None:
-                dtype = dtype_to_numpy(spec.dtype)
-                nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-                if nbytes > ref.byte_size:
-                    raise InferenceError(f"model {self.name!r} output {name!r}: {nbytes} bytes exceed its place")
-                outputs[name] = plan.slot.region.view(dtype, shape, ref.offset).copy()  # the slot serves others next
-            else:
+            if ref is None:
                 outputs[name] = _owned(self.name, name, shape, result)
-            sizes[name] = int(outputs[name].nbytes)
+                sizes[name] = int(outputs[name].nbytes)
+                continue
+            dtype = dtype_to_numpy(spec.dtype)
+            nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            if nbytes > ref.byte_size:
+                raise InferenceError(f"model {self.name!r} output {name!r}: {nbytes} bytes exceed its place")
+            in_slot[name] = (dtype, shape, ref.offset)
+            sizes[name] = nbytes
+        if in_slot:
+            outputs.update(self._from_slot(plan, in_slot))
         if self.context.pool is not None:
             self.context.sizes.learn(self._key, sizes)
         return outputs
+
+    def _from_slot(self, plan: _Plan, places: dict[str, tuple[np.dtype[Any], tuple[int, ...], int]]) -> Outputs:
+        """Outputs written into the slot: handed out as views (the slot leased until they are gone), or copies."""
+        pool, slot = self.context.pool, plan.slot
+        assert pool is not None  # noqa: S101 - outputs in a slot need a pool
+        assert slot is not None  # noqa: S101
+        assert slot.region is not None  # noqa: S101
+        if pool.can_lease():
+            plan.slot = None  # the pool holds it until the caller drops the arrays
+            return dict(zip(places, pool.lease_views(slot, list(places.values())), strict=True))
+        return {name: slot.region.view(d, shape, offset).copy() for name, (d, shape, offset) in places.items()}
 
 
 def _wire_plan(signature: ModelSignature, arrays: dict[str, np.ndarray], outputs: tuple[str, ...]) -> _Plan:

@@ -7,6 +7,11 @@ at most ``max_in_flight`` slots exist in steady state and a sliding window reuse
 window. Growing a slot replaces its region (unregister + unlink the old one, create and register a
 bigger one); sizes at least double, so a slot is re-registered a handful of times at most.
 
+Outputs are handed to the caller as views of the slot, without a copy, and the slot is *leased*: it
+serves no other request until every array viewing it is gone (a finaliser on the arrays' common base
+gives it back). Sliding windows drop each output once blended, so slots come back at once; a caller
+that keeps many outputs is served copies once the leased bytes pass ``LEASE_CAP_BYTES``.
+
 A request that ended without its response (deadline, cancel, connection lost) may still be read
 or written by the server, so its slot is never reused: it is *quarantined* and a timer retries
 unregistering it until the server lets go (2.51 refuses "currently in use"); then it is unlinked.
@@ -17,6 +22,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
+from collections import deque
+from typing import Any
+
+import numpy as np
 
 from .janitor import janitor
 from .shm import SystemRegion
@@ -26,6 +36,9 @@ from .transport import Transport
 logger = logging.getLogger(__name__)
 
 ALIGN = 64
+#: Above this many bytes in leased slots, outputs are copied out instead (a caller keeping every output).
+LEASE_CAP_BYTES = 1 << 30
+LEASE_CAP_SLOTS = 16
 #: Deadline of one register/unregister call.
 _CALL_TIMEOUT_S = 5.0
 _REAP_INTERVAL_S = 0.25
@@ -55,6 +68,8 @@ class RegionPool:
         self._free: list[Slot] = []
         self._busy: set[Slot] = set()
         self._quarantined: set[Slot] = set()
+        self._leased: dict[Slot, int] = {}  # slot -> arrays still viewing it
+        self._returned: deque[Slot] = deque()  # filled by finalisers on any thread; drained under the lock
         self._closed = False
         self._finished = False
         self.registrations = 0  # how many regions were registered (tests and logs read it)
@@ -64,6 +79,7 @@ class RegionPool:
         with self._lock:
             if self._closed:
                 raise CallError(Status.CANCELLED, "the backend is closing")
+            self._drain_returned()
             fitting = [s for s in self._free if s.capacity >= byte_size]
             slot = fitting[0] if fitting else (self._free[-1] if self._free else Slot())
             if slot in self._free:
@@ -98,6 +114,44 @@ class RegionPool:
 
     def _unregister(self, name: str) -> None:
         self._transport.unregister_system_shm(name, timeout_s=_CALL_TIMEOUT_S)
+
+    # -- leases -----------------------------------------------------------------------------------
+    def can_lease(self) -> bool:
+        """Whether outputs may stay in their slot: not past ``LEASE_CAP_BYTES`` nor ``LEASE_CAP_SLOTS`` leased."""
+        with self._lock:
+            self._drain_returned()
+            held = sum(s.capacity for s in self._leased)
+            return not self._closed and held < LEASE_CAP_BYTES and len(self._leased) < LEASE_CAP_SLOTS
+
+    def lease_views(self, slot: Slot, views: list[tuple[np.dtype[Any], tuple[int, ...], int]]) -> list[np.ndarray]:
+        """Arrays on ``slot`` (dtype, shape, offset each); the slot is busy until all of them are gone."""
+        region = slot.region
+        assert region is not None  # noqa: S101 - a slot with outputs has a region
+        arrays = []
+        for dtype, shape, offset in views:
+            count = int(np.prod(shape, dtype=np.int64))
+            base = np.frombuffer(region.buffer, dtype=dtype, count=count, offset=offset)
+            weakref.finalize(base, self._returned.append, slot)  # every view of it keeps ``base`` alive
+            arrays.append(base.reshape(shape))
+        with self._lock:
+            self._busy.discard(slot)
+            self._leased[slot] = self._leased.get(slot, 0) + len(arrays)
+        return arrays
+
+    def _drain_returned(self) -> None:
+        """Slots whose arrays are all gone go back to the free list (called with the lock held)."""
+        while self._returned:
+            slot = self._returned.popleft()
+            left = self._leased.get(slot, 0) - 1
+            if left > 0:
+                self._leased[slot] = left
+                continue
+            self._leased.pop(slot, None)
+            if self._closed:
+                if slot.region is not None:
+                    slot.region.close(unregister=False)
+            else:
+                self._free.append(slot)
 
     def release(self, slot: Slot) -> None:
         """Give back a slot whose request got its response (the server is done with it)."""
@@ -159,8 +213,10 @@ class RegionPool:
         """
         with self._lock:
             self._closed = True
+            self._drain_returned()
             free, self._free = self._free, []
-        for slot in free:
+            leased = list(self._leased)
+        for slot in [*free, *leased]:  # a leased region's mapping stays until its last array goes
             if slot.region is not None:
                 slot.region.close()
         while True:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,19 @@ def registered_by_us(server: LocalTritonServer, pid: int | None = None) -> list[
     finally:
         client.close()
     return sorted(n for n in regions if n.startswith(f"{shm.PREFIX}{pid or os.getpid()}_"))
+
+
+def executions(backend: BaseBackend) -> int:
+    """The model's execution count on the server, once it has settled (statistics lag the responses)."""
+    last = -1
+    for _ in range(50):
+        stats = backend.statistics()["model_stats"][0]  # type: ignore[attr-defined]
+        count = int(stats.get("execution_count", 0))
+        if count == last:
+            return count
+        last = count
+        time.sleep(0.1)
+    return last
 
 
 @pytest.fixture

@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 
 from monai_triton_ops import create_backend
+from monai_triton_ops.backends.remote.pool import LEASE_CAP_SLOTS
 from monai_triton_ops.errors import InferenceError, InferenceTimeoutError
 from monai_triton_ops.server import LocalTritonServer, TritonInstall
 
 from ... import triton_models
-from .conftest import Open, own_regions, registered_by_us, serve, url
+from .conftest import Open, executions, own_regions, registered_by_us, serve, url
 
 pytestmark = pytest.mark.triton
 
@@ -39,8 +40,7 @@ def server(triton_install: TritonInstall, tmp_path_factory: pytest.TempPathFacto
 
 
 def _executions(backend) -> int:
-    stats = backend.statistics()["model_stats"][0]
-    return int(stats.get("execution_count", 0))
+    return executions(backend)
 
 
 def _ones(n: int = 4, batch: bool = False) -> np.ndarray:
@@ -183,4 +183,5 @@ def test_at_most_max_in_flight_requests_are_outstanding(server: LocalTritonServe
     for i, future in enumerate(futures):
         np.testing.assert_array_equal(future.result()["OUTPUT__0"], np.full(4, i, np.float32))
     assert 1 <= most <= 4
-    assert len(backend.shared_memory_regions()) <= 4  # one slot per request in flight, reused
+    # one slot per request in flight, plus those leased to results the caller still holds (bounded)
+    assert len(backend.shared_memory_regions()) <= 4 + LEASE_CAP_SLOTS

@@ -27,7 +27,7 @@ from monai_triton_ops.server import LocalTritonServer, TritonInstall
 from monai_triton_ops.server.ports import pick_free_ports
 
 from ... import triton_models
-from .conftest import MODE_IDS, MODES, Open, serve, url
+from .conftest import MODE_IDS, MODES, Open, executions, serve, url
 
 pytestmark = pytest.mark.triton
 MIXED = ("TYPE_FP32", "TYPE_INT64", "TYPE_UINT8", "TYPE_BOOL")
@@ -131,8 +131,7 @@ def test_an_output_that_outgrows_its_slot_is_fetched_again_once(
 
 
 def _executions(backend) -> int:
-    stats = backend.statistics()["model_stats"][0]
-    return int(stats.get("execution_count", 0))
+    return executions(backend)
 
 
 @pytest.mark.parametrize("scheme", ["grpc", "http"])
@@ -214,3 +213,46 @@ def test_regions_are_registered_at_offset_zero_and_tensors_packed_in_one(
     ours = backend.shared_memory_regions()
     assert len(ours) == 1  # inputs and outputs of one request share one region, at per-tensor offsets
     assert set(ours) <= set(shm.live_regions())
+
+
+def test_a_full_dev_shm_is_seen_before_a_region_is_made(
+    server: LocalTritonServer, open_backend: Open, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tmpfs accepts ftruncate and mmap of more than it has and SIGBUSes on the first write (pitfall B4)."""
+    import os
+
+    full = os.statvfs_result((4096, 4096, 1, 1, 0, 1, 1, 1, 0, 255))  # no free block
+    auto = open_backend(f"{server.grpc_url}?shared_memory=auto", "volume")  # its first slot exists already
+    monkeypatch.setattr(shm.os, "statvfs", lambda path: full)
+    x = np.ones((1, 1, 32, 32, 32), np.float32)  # needs a bigger slot than the first one
+    np.testing.assert_array_equal(auto(x), x)  # auto: this request goes in the body
+    with pytest.raises(ConfigError, match=r"shared_memory=system, but .* too little for a"):
+        create_backend(f"{server.grpc_url}?shared_memory=system", "volume").open()
+
+
+def test_a_grpc_body_over_the_cap_is_refused_before_it_is_built(
+    server: LocalTritonServer, open_backend: Open, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from monai_triton_ops.backends.remote import grpc_transport
+
+    monkeypatch.setattr(grpc_transport, "MAX_MESSAGE_BYTES", 1 << 20)  # instead of sending a real 1 GB
+    backend = open_backend(f"{server.grpc_url}?shared_memory=none", "volume")
+    with pytest.raises(InferenceError, match=r"message too large .* use shared_memory=system on this host"):
+        backend(np.zeros((1, 1, 80, 80, 80), np.float32))  # 2 MB
+
+
+def test_a_result_that_cannot_be_read_fails_its_future_never_hangs(
+    server: LocalTritonServer, open_backend: Open, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mock, for a failure that cannot be caused for real: conversion raising inside gRPC's callback thread."""
+    from monai_triton_ops.backends.remote import grpc_transport
+
+    backend = open_backend(f"{server.grpc_url}?shared_memory=none", "volume")
+
+    def broken(self: object, name: str) -> str:
+        raise RuntimeError("deliberately broken result")
+
+    monkeypatch.setattr(grpc_transport._GrpcResult, "datatype", broken)
+    future = backend.submit({"INPUT__0": np.zeros((1, 1, 4, 4, 4), np.float32)}, timeout_s=30)
+    with pytest.raises(InferenceError, match="deliberately broken result"):
+        future.result(timeout=60)
