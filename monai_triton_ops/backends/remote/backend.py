@@ -154,7 +154,7 @@ class RemoteBackend(BaseBackend):
         if mode == "none" or (mode == "auto" and not is_loopback(self.host)):
             return None
         shm.remove_stale_regions(lambda name: transport.unregister_system_shm(name, timeout_s=1.0))
-        pool = RegionPool(transport)
+        pool = RegionPool(transport, max_slots=options.max_in_flight + 4)
         try:
             pool.release(pool.acquire(shm.PAGE))  # the server must accept a region now, not at the first request
         except (CallError, OSError) as exc:

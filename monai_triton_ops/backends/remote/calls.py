@@ -26,7 +26,7 @@ import torch
 
 from ...errors import InferenceError, InferenceTimeoutError, MonaiTritonError
 from ...signature import ModelSignature, dtype_to_numpy
-from .pool import RegionPool, Slot, aligned
+from .pool import PoolExhausted, RegionPool, Slot, aligned
 from .retry import Backoff
 from .translate import CallError, Status, to_public
 from .transport import Cancel, ShmRef, Transport, WireInput, WireOutput, WireResult
@@ -234,7 +234,10 @@ class Call:
         try:
             slot = pool.acquire(max(offset, 1))
         except (OSError, CallError) as exc:
-            if not self.context.fallback or (isinstance(exc, CallError) and exc.status is Status.CANCELLED):
+            exhausted = isinstance(exc, PoolExhausted)  # a bounded pool, in any mode: this one request in the body
+            if not (self.context.fallback or exhausted) or (
+                isinstance(exc, CallError) and exc.status is Status.CANCELLED
+            ):
                 raise
             logger.warning(
                 "model %r: no shared memory slot (%s); this request goes in the request body", self.name, exc

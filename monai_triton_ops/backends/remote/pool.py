@@ -59,11 +59,20 @@ class Slot:
         return self.region.byte_size if self.region is not None else 0
 
 
-class RegionPool:
-    """Slots over one transport; thread-safe. Failures to create or register raise (``OSError``, ``CallError``)."""
+class PoolExhausted(OSError):
+    """Every slot is busy or leased and the pool is at its size limit: this request goes in the body."""
 
-    def __init__(self, transport: Transport) -> None:
+
+class RegionPool:
+    """Slots over one transport; thread-safe. Failures to create or register raise (``OSError``, ``CallError``).
+
+    At most ``max_slots`` slots exist (requests in flight plus results still leased); past that a request
+    is refused a slot (``PoolExhausted``) rather than a new region being made.
+    """
+
+    def __init__(self, transport: Transport, *, max_slots: int = LEASE_CAP_SLOTS) -> None:
         self._transport = transport
+        self._max_slots = max_slots
         self._lock = threading.Lock()
         self._free: list[Slot] = []
         self._busy: set[Slot] = set()
@@ -81,6 +90,8 @@ class RegionPool:
                 raise CallError(Status.CANCELLED, "the backend is closing")
             self._drain_returned()
             fitting = [s for s in self._free if s.capacity >= byte_size]
+            if not self._free and len(self._busy) + len(self._leased) >= self._max_slots:
+                raise PoolExhausted(f"all {self._max_slots} shared memory slots are busy or leased")
             slot = fitting[0] if fitting else (self._free[-1] if self._free else Slot())
             if slot in self._free:
                 self._free.remove(slot)
@@ -121,7 +132,8 @@ class RegionPool:
         with self._lock:
             self._drain_returned()
             held = sum(s.capacity for s in self._leased)
-            return not self._closed and held < LEASE_CAP_BYTES and len(self._leased) < LEASE_CAP_SLOTS
+            room = min(LEASE_CAP_SLOTS, self._max_slots - 2)  # keep slots for the requests still to come
+            return not self._closed and held < LEASE_CAP_BYTES and len(self._leased) < room
 
     def lease_views(self, slot: Slot, views: list[tuple[np.dtype[Any], tuple[int, ...], int]]) -> list[np.ndarray]:
         """Arrays on ``slot`` (dtype, shape, offset each); the slot is busy until all of them are gone."""

@@ -19,6 +19,8 @@ from .conftest import Open, serve, url
 pytestmark = pytest.mark.triton
 WARM_UP = 200
 REQUESTS = 2000
+MAX_IN_FLIGHT = 2
+SLOTS_BEYOND_IN_FLIGHT = 4  # RemoteBackend's pool: max_in_flight + 4 slots at most
 
 
 @pytest.fixture(scope="module")
@@ -33,19 +35,21 @@ def _rss_bytes() -> int:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _snapshot() -> dict[str, object]:
+def _snapshot() -> dict[str, int]:
+    """Open files other than regions (a mapping keeps its own fd), threads, and this process's regions."""
     gc.collect()
+    regions = len(list(shm.SHM_DIR.glob(f"{shm.PREFIX}{os.getpid()}_*")))
     return {
-        "fds": len(os.listdir("/proc/self/fd")),
+        "other fds": len(os.listdir("/proc/self/fd")) - regions,
         "threads": len(os.listdir("/proc/self/task")),
         "python threads": threading.active_count(),
-        "regions": sorted(p.name for p in shm.SHM_DIR.glob(f"{shm.PREFIX}{os.getpid()}_*")),
+        "regions": regions,
     }
 
 
 @pytest.mark.parametrize("scheme", ["grpc", "http"])
 def test_two_thousand_requests_leak_nothing(server: LocalTritonServer, open_backend: Open, scheme: str) -> None:
-    backend = open_backend(f"{url(server, scheme)}?shared_memory=system&max_in_flight=2", "ident")
+    backend = open_backend(f"{url(server, scheme)}?shared_memory=system&max_in_flight={MAX_IN_FLIGHT}", "ident")
     x = np.random.default_rng(0).standard_normal((2, 4096)).astype(np.float32)  # 32 KB: cheap, but not tiny
 
     def run(count: int) -> None:
@@ -59,5 +63,8 @@ def test_two_thousand_requests_leak_nothing(server: LocalTritonServer, open_back
     run(REQUESTS)
     after, rss_after = _snapshot(), _rss_bytes()
     print(f"{scheme}: RSS {rss_before / 2**20:.1f} -> {rss_after / 2**20:.1f} MiB over {REQUESTS} requests; {after}")
+    regions_after, regions_before = after.pop("regions"), before.pop("regions")
     assert after == before
+    # The pool may still grow to its bound (requests in flight + results not yet dropped), never past it.
+    assert regions_before <= regions_after <= MAX_IN_FLIGHT + SLOTS_BEYOND_IN_FLIGHT
     assert rss_after <= rss_before * 1.05, (rss_before, rss_after)
