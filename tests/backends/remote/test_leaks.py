@@ -64,7 +64,8 @@ def test_two_thousand_requests_leak_nothing(server: LocalTritonServer, open_back
     after, rss_after = _snapshot(), _rss_bytes()
     print(f"{scheme}: RSS {rss_before / 2**20:.1f} -> {rss_after / 2**20:.1f} MiB over {REQUESTS} requests; {after}")
     regions_after, regions_before = after.pop("regions"), before.pop("regions")
-    assert after == before
+    # Nothing grew; a count may fall when a thread of an earlier test ends between the two snapshots.
+    assert all(after[key] <= before[key] for key in before), (before, after)
     # The pool may still grow to its bound (requests in flight + results not yet dropped), never past it.
     assert regions_before <= regions_after <= MAX_IN_FLIGHT + SLOTS_BEYOND_IN_FLIGHT
     assert rss_after <= rss_before * 1.05, (rss_before, rss_after)
