@@ -6,7 +6,7 @@ backends and tools work in plain Python processes.
 
 from typing import TYPE_CHECKING, Any
 
-from .backends import Backend as Backend
+from .backends import BackendOptions as BackendOptions
 from .backends import BaseBackend as BaseBackend
 from .backends import available_backends as available_backends
 from .backends import create_backend as create_backend
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 __all__ = [
-    "Backend",
+    "BackendOptions",
     "BaseBackend",
     "InferenceOperator",
     "InferenceSettings",

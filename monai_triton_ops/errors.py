@@ -12,6 +12,7 @@ a package is missing or broken), and each error also subclasses the matching bui
     │   └── InputDataError                       an image, file or folder the app cannot use
     ├── BackendStateError (RuntimeError)         used before open() or after close()
     ├── BackendUnavailableError (ImportError)    backend not built yet, or its package missing
+    ├── DeviceUnavailableError (RuntimeError)    a requested device (CUDA) is not on this machine
     ├── ModelNotFoundError (FileNotFoundError)   model folder, version or file missing
     ├── ModelLoadError (RuntimeError)            the model file exists but cannot be loaded
     ├── InferenceError (RuntimeError)            the model failed while running
@@ -56,6 +57,10 @@ class BackendStateError(MonaiTritonError, RuntimeError):
 
 class BackendUnavailableError(MonaiTritonError, ImportError):
     """The backend is not available: not built yet, or an optional package is missing."""
+
+
+class DeviceUnavailableError(MonaiTritonError, RuntimeError):
+    """A requested device (``cuda``) is not available here: the environment, not the call, is wrong."""
 
 
 class ModelNotFoundError(MonaiTritonError, FileNotFoundError):

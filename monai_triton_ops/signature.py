@@ -12,7 +12,7 @@ implicit (not part of ``shape``), exactly as in ``config.pbtxt``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -115,6 +115,20 @@ class TensorSpec:
         """The shape a caller passes: with the batch dim (-1) when the model batches implicitly."""
         return (-1, *self.shape) if max_batch_size > 0 else self.shape
 
+    def shape_mismatch(self, shape: Sequence[int], max_batch_size: int) -> str | None:
+        """``None`` when ``shape`` fits this spec (rank, every fixed dim; -1 takes any size), else why not.
+
+        The one shape rule of the package: input validation, metadata checks and probing all use it.
+        """
+        expected = self.full_shape(max_batch_size)
+        actual = tuple(int(d) for d in shape)
+        if len(actual) != len(expected):
+            return f"expected {len(expected)} dims {list(expected)}, got {len(actual)} dims {list(actual)}"
+        for axis, (want, got) in enumerate(zip(expected, actual, strict=True)):
+            if want not in (-1, got):
+                return f"expected shape {list(expected)}, got {list(actual)} (dim {axis}: expected {want}, got {got})"
+        return None
+
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSignature:
@@ -142,6 +156,19 @@ class ModelSignature:
             names = [s.name for s in specs]
             if len(set(names)) != len(names):
                 raise ConfigError(f"model {self.name!r}: duplicate {kind} names {names}")
+
+    @property
+    def batch_axis(self) -> int | None:
+        """0 when the leading dim is the batch, ``None`` for a model without one.
+
+        The batch is implicit with ``max_batch_size > 0``; with ``max_batch_size: 0`` it is explicit
+        when every input and output leads with a dynamic dim (as MONAI metadata and probing give:
+        ``[-1, C, ...]``). Only a model with ``max_batch_size > 0`` has requests split by the base.
+        """
+        if self.max_batch_size > 0:
+            return 0
+        tensors = (*self.inputs, *self.outputs)
+        return 0 if all(len(t.shape) >= 2 and t.shape[0] == -1 for t in tensors) else None
 
     @property
     def input_names(self) -> tuple[str, ...]:

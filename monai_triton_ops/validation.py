@@ -2,6 +2,7 @@
 
 Every backend runs the same checks, so a wrong tensor fails the same way (and with the same
 message) whether the model runs in-process or on a Triton fleet, and before any server sees it.
+A batch larger than ``max_batch_size`` is not an error: the base backend splits it into requests.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from .signature import ModelSignature, TensorSpec, dtype_of
 
 
 def validate_inputs(signature: ModelSignature, inputs: Mapping[str, Any]) -> None:
-    """Raise ``InputValidationError`` unless ``inputs`` match ``signature`` exactly.
+    """Raise ``InputValidationError`` unless ``inputs`` match ``signature``.
 
     Checks names (none missing, none unknown), dtype (no silent casts), rank, every fixed dim,
-    the batch size against ``max_batch_size``, and that all inputs share one batch size.
+    and that all inputs share one batch size when the model has a batch axis.
     """
     model = signature.name
     missing = [n for n in signature.input_names if n not in inputs]
@@ -31,36 +32,27 @@ def validate_inputs(signature: ModelSignature, inputs: Mapping[str, Any]) -> Non
     batch_sizes = {}
     for spec in signature.inputs:
         _validate_tensor(signature, spec, inputs[spec.name])
-        if signature.max_batch_size > 0:
-            batch_sizes[spec.name] = next(iter(inputs[spec.name].shape))
+        if signature.batch_axis == 0:
+            batch_sizes[spec.name] = int(inputs[spec.name].shape[0])
     if len(set(batch_sizes.values())) > 1:
         raise InputValidationError(f"model {model!r}: inputs have different batch sizes {batch_sizes}")
+
+
+def dtype_name(value: Any) -> str:
+    """The Triton dtype name of an array, or its own dtype text when there is none (for messages)."""
+    try:
+        return dtype_of(value)
+    except ValueError:
+        return str(getattr(value, "dtype", type(value).__name__))
 
 
 def _validate_tensor(signature: ModelSignature, spec: TensorSpec, value: Any) -> None:
     where = f"model {signature.name!r} input {spec.name!r}"
     if not hasattr(value, "shape") or not hasattr(value, "dtype"):
         raise InputValidationError(f"{where}: expected a numpy array or torch tensor, got {type(value).__name__}")
-    actual_dtype = _dtype_name(value)
+    actual_dtype = dtype_name(value)
     if actual_dtype != spec.dtype:
         raise InputValidationError(f"{where}: expected dtype {spec.dtype}, got {actual_dtype}")
-    expected = spec.full_shape(signature.max_batch_size)
-    actual = tuple(int(d) for d in value.shape)
-    if len(actual) != len(expected):
-        raise InputValidationError(
-            f"{where}: expected {len(expected)} dims {list(expected)}, got {len(actual)} dims {list(actual)}"
-        )
-    for axis, (want, got) in enumerate(zip(expected, actual, strict=True)):
-        if want != -1 and want != got:
-            raise InputValidationError(
-                f"{where}: expected shape {list(expected)}, got {list(actual)} (dim {axis}: expected {want}, got {got})"
-            )
-    if signature.max_batch_size > 0 and actual[0] > signature.max_batch_size:
-        raise InputValidationError(f"{where}: batch size {actual[0]} exceeds max_batch_size {signature.max_batch_size}")
-
-
-def _dtype_name(value: Any) -> str:
-    try:
-        return dtype_of(value)
-    except ValueError:
-        return str(value.dtype)
+    mismatch = spec.shape_mismatch(value.shape, signature.max_batch_size)
+    if mismatch is not None:
+        raise InputValidationError(f"{where}: {mismatch}")

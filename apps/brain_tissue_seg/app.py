@@ -20,9 +20,9 @@ from monai.deploy.operators.dicom_seg_writer_operator import DICOMSegmentationWr
 from monai.deploy.operators.dicom_series_selector_operator import DICOMSeriesSelectorOperator
 from monai.deploy.operators.dicom_series_to_volume_operator import DICOMSeriesToVolumeOperator
 from pydicom.sr.codedict import codes
-from transforms import ROI_SIZE, post_transforms, pre_transforms
+from transforms import post_transforms, pre_transforms
 
-from monai_triton_ops import InferenceOperator, InferenceSettings
+from monai_triton_ops import InferenceOperator
 from monai_triton_ops.app_args import init_app_context
 from monai_triton_ops.operators.nifti import NiftiImageLoader, NiftiImageWriter
 from monai_triton_ops.pipeline.inputs import classify_input
@@ -48,7 +48,9 @@ class BrainTissueSegApp(Application):
             self,
             app_context=context,
             model_name=MODEL_NAME,
-            settings=InferenceSettings(roi_size=ROI_SIZE, sw_batch_size=2, overlap=0.25, progress=True),
+            # roi_size, sw_batch_size and overlap come from the model's metadata ("inference" block);
+            # 2 windows per request (the batch it was checked with), the 4 windows of a call in flight together.
+            settings_overrides={"request_batch_size": 2, "progress": True},
             pre_transforms=pre_transforms(),
             post_transforms=post_transforms(),
             name="brain_tissue_seg_inference",

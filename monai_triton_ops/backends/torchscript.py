@@ -8,70 +8,89 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
-from ..errors import ConfigError, InferenceError, ModelLoadError
+from ..errors import BackendStateError, ConfigError, DeviceUnavailableError, InferenceError
 from ..repository import layout
-from ..repository.metadata import forward_input_names
+from ..repository.metadata import forward_input_names, load_torchscript
 from ..repository.runner.model import name_results
 from ..repository.signatures import local_entry
 from ..signature import ModelSignature
-from .base import BaseBackend
+from .arrays import ArrayLike, as_torch
+from .base import BaseBackend, InferRequest
+from .options import BackendOptions
 
 logger = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, kw_only=True)
+class TorchScriptOptions(BackendOptions):
+    """``device``: where the module runs (``cpu``, ``cuda``, ``cuda:1``)."""
+
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        try:
+            torch.device(self.device)
+        except RuntimeError as exc:
+            raise ConfigError(f"option device={self.device!r} is not a torch device: {exc}") from exc
+
+
 class TorchScriptBackend(BaseBackend):
-    """Runs ``model.pt`` with ``torch.jit`` under ``torch.inference_mode``.
+    """Runs ``model.pt`` with ``torch.jit`` under ``torch.inference_mode`` on the base's worker pool.
 
     A loaded TorchScript module may be called from several threads at once; inference mode is
-    entered per call (it is thread-local), so no lock serialises requests.
+    entered per call (it is thread-local), so no lock serialises requests. Every call returns
+    tensors allocated for it, so results are the caller's to keep without a copy.
     """
 
     kind = "torch"
+    options_type = TorchScriptOptions
 
-    def __init__(
-        self,
-        *,
-        model_repository: str | Path | None,
-        model_name: str,
-        version: int | None = None,
-        device: str = "cpu",
-        output_name: str | None = None,
-    ) -> None:
-        super().__init__(model_name, output_name=output_name)
-        if model_repository is None:
-            raise ConfigError("the 'torch' backend needs a local model repository folder")
-        self.model_repository = Path(model_repository)
-        self.version = version
-        self.device = _device(device)
+    def __init__(self, model_name: str, **kwargs: Any) -> None:
+        super().__init__(model_name, **kwargs)
+        if self.model_repository is None:
+            raise ConfigError("the 'torch' backend needs a local model repository folder (model_repository=...)")
+        if self.urls:
+            raise ConfigError(f"the 'torch' backend takes no server URL, got {list(self.urls)}")
+        self._repository: Path = self.model_repository
+        self.device = _device(cast(TorchScriptOptions, self.options).device)
         self._module: torch.jit.ScriptModule | None = None
 
     def _open(self) -> ModelSignature:
-        version, version_dir = layout.resolve_version(self.model_repository, self.model_name, self.version)
-        entry = local_entry(self.model_repository, self.model_name)
+        version, version_dir = layout.resolve_version(self._repository, self.model_name, self.version)
+        entry = local_entry(self._repository, self.model_name)
         path = layout.model_file(version_dir, self.model_name, entry.model_filename)
-        module = _load(path, self.device, self.model_name)
+        module = load_torchscript(path, self.model_name, self.device)
         signature = entry.signature(version, path=path, schema_names=forward_input_names(module))
+        bytes_tensors = [t.name for t in (*signature.inputs, *signature.outputs) if t.dtype == "BYTES"]
+        if bytes_tensors:
+            raise ConfigError(
+                f"model {self.model_name!r}: tensors {bytes_tensors} are BYTES, which TorchScript tensors cannot "
+                "hold; serve this model with Triton (a python-backend model) instead of the 'torch' backend"
+            )
         self._module = module
         logger.info("loaded TorchScript %s on %s", path, self.device)
         return signature
 
-    def _infer(self, inputs: dict[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
+    def _infer(self, request: InferRequest) -> Mapping[str, ArrayLike]:
         module = self._module
-        if module is None:  # closed by another thread between the state check and here
-            raise InferenceError(f"model {self.model_name!r} was released")
+        if module is None:  # close() cut this request off and released the module before it started
+            raise BackendStateError(f"{self!r}: the model was released by close()")
         signature = self.signature
-        args = [inputs[name].to(self.device) for name in signature.input_names]
+        args = [as_torch(request.inputs[name]).to(self.device) for name in signature.input_names]
         try:
             with torch.inference_mode():
                 result = module(*args)
         except RuntimeError as exc:
             raise InferenceError(f"model {self.model_name!r} failed: {exc}") from exc
-        return name_outputs(signature, result)
+        outputs = name_outputs(signature, result)
+        return {name: outputs[name] for name in request.outputs}
 
     def _close(self) -> None:
         self._module = None
@@ -90,19 +109,7 @@ def name_outputs(signature: ModelSignature, result: Any) -> dict[str, torch.Tens
 
 
 def _device(device: str) -> torch.device:
-    try:
-        dev = torch.device(device)
-    except RuntimeError as exc:
-        raise ConfigError(f"invalid device {device!r}: {exc}") from exc
+    dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"device {device!r} requested but CUDA is not available on this machine")
+        raise DeviceUnavailableError(f"device {device!r} requested but CUDA is not available on this machine")
     return dev
-
-
-def _load(path: Path, device: torch.device, name: str) -> torch.jit.ScriptModule:
-    try:
-        module: torch.jit.ScriptModule = torch.jit.load(str(path), map_location=device)  # type: ignore[no-untyped-call]
-    except Exception as exc:  # torch raises RuntimeError, ValueError or zip errors for a bad file
-        raise ModelLoadError(f"model {name!r}: {str(path)!r} is not a loadable TorchScript file: {exc}") from exc
-    module.eval()
-    return module

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -21,11 +20,14 @@ from monai.deploy.operators import InferenceOperator as SdkInferenceOperator
 from ..app_args import BACKEND_ARG, resolve_backend
 from ..backends.base import BaseBackend
 from ..backends.registry import create_backend
-from ..errors import BackendStateError, InputDataError
+from ..errors import BackendStateError, ConfigError, InputDataError
 from ..pipeline.image import from_channel_first, to_channel_first
 from ..pipeline.run import InferenceSettings, Transform, run_inference
 
 logger = logging.getLogger(__name__)
+
+#: Creates a (not yet open) backend; the operator opens it in ``start()`` and closes it in ``stop()``.
+BackendFactory = Callable[[], BaseBackend]
 
 
 class InferenceOperator(SdkInferenceOperator):
@@ -44,24 +46,35 @@ class InferenceOperator(SdkInferenceOperator):
         *args: Any,
         model_name: str,
         app_context: AppContext | None = None,
-        backend: str | None = None,
-        model_repository: str | Path | None = None,
-        version: int | None = None,
+        backend: str | BackendFactory | None = None,
+        backend_options: Mapping[str, Any] | None = None,
         settings: InferenceSettings | None = None,
+        settings_overrides: Mapping[str, Any] | None = None,
         pre_transforms: Transform | None = None,
         post_transforms: Transform | None = None,
-        backend_options: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        """``backend`` is a spec string (default: the app context's ``--backend``) or a factory.
+
+        ``backend_options`` go to ``create_backend`` with the spec (``model_repository`` defaults
+        to the app's ``-m``; ``version``, ``timeout_s``, ``device``...). Without ``settings``, they
+        come from the model's metadata at ``start()`` (``InferenceSettings.from_metadata``) with
+        ``settings_overrides`` applied.
+        """
         self.model_name = model_name
-        self.backend_spec = _spec_from(backend, app_context)
-        self.model_repository = model_repository or (app_context.model_path if app_context else None)
-        self.version = version
-        self.settings = settings or InferenceSettings(inferer="simple")
+        self._factory = backend if callable(backend) else None
+        self.backend_spec = None if callable(backend) else _spec_from(backend, app_context)
+        self.backend_options = dict(backend_options or {})
+        if app_context is not None and app_context.model_path:
+            self.backend_options.setdefault("model_repository", app_context.model_path)
+        if settings is not None and settings_overrides:
+            raise ConfigError("give InferenceOperator either settings or settings_overrides, not both")
+        self._given_settings = settings
+        self.settings_overrides = dict(settings_overrides or {})
         self.pre_transforms = pre_transforms
         self.post_transforms = post_transforms
-        self.backend_options = dict(backend_options or {})
         self._backend: BaseBackend | None = None
+        self._settings: InferenceSettings | None = None
         self._lock = threading.Lock()
         super().__init__(fragment, *args, **kwargs)  # Holoscan calls setup() from here
 
@@ -72,17 +85,31 @@ class InferenceOperator(SdkInferenceOperator):
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
         """Create and open the backend: the model loads (or the server connects) once, here."""
-        logger.info("model %r: backend %r, repository %s", self.model_name, self.backend_spec, self.model_repository)
-        backend = create_backend(
-            self.backend_spec, self.model_repository, self.model_name, version=self.version, **self.backend_options
-        )
+        if self._factory is not None:
+            backend = self._factory()
+        else:
+            logger.info("model %r: backend %r, options %s", self.model_name, self.backend_spec, self.backend_options)
+            backend = create_backend(self.backend_spec, self.model_name, **self.backend_options)
         self._backend = backend.open()
+        self._settings = self._given_settings or InferenceSettings.from_metadata(
+            backend.signature.metadata, **self.settings_overrides
+        )
+        logger.info("model %r: %s", self.model_name, self._settings)
 
     def stop(self) -> None:
         """Release the backend; safe when ``start()`` never ran or failed."""
         backend, self._backend = self._backend, None
         if backend is not None:
             backend.close()
+
+    @property
+    def settings(self) -> InferenceSettings:
+        """The settings in use: given, or read from the model's metadata at ``start()``."""
+        if self._settings is None:
+            if self._given_settings is None:
+                raise BackendStateError(f"operator for model {self.model_name!r}: settings are read in start()")
+            return self._given_settings
+        return self._settings
 
     @property
     def backend(self) -> BaseBackend:

@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, RepositoryError
 from ..signature import ModelSignature
@@ -31,7 +32,10 @@ from .config import (
     render_config,
     signature_from_config,
 )
-from .describe import ModelDescription, describe_model
+from .describe import ExampleKeywords, ModelDescription, ModelSource, describe
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 logger = logging.getLogger(__name__)
 
@@ -39,42 +43,56 @@ RUNNER = Path(__file__).parent / "runner" / "model.py"
 RUNNER_FILENAME = "model.py"
 
 
+class EntryKeywords(ExampleKeywords, total=False):
+    """What describes a model and shapes its ``config.pbtxt``, as keywords (one declaration for both functions)."""
+
+    flavor: str
+    dynamic_batching: DynamicBatching | None
+    instance_groups: Sequence[InstanceGroup]
+    version_policy: VersionPolicy | None
+
+
+def entry_parameters(model_path: str | Path, name: str, keywords: EntryKeywords) -> tuple[ModelSource, ConfigOptions]:
+    """The keywords of ``generate_config`` / ``build_repository`` as the two parameter objects they stand for."""
+    layout.check_model_name(name)
+    source = ModelSource(
+        path=Path(model_path),
+        name=name,
+        input_shapes=keywords.get("input_shapes"),
+        input_dtypes=keywords.get("input_dtypes"),
+        bundle_metadata=keywords.get("bundle_metadata"),
+        max_batch_size=keywords.get("max_batch_size", 0),
+    )
+    options = ConfigOptions(
+        flavor=keywords.get("flavor", "python"),
+        dynamic_batching=keywords.get("dynamic_batching"),
+        instance_groups=tuple(keywords.get("instance_groups", ())),
+        version_policy=keywords.get("version_policy"),
+    )
+    return source, options
+
+
 def generate_config(
-    model_path: str | Path,
-    name: str,
-    *,
-    flavor: str = "python",
-    input_shapes: Sequence[Sequence[int]] | None = None,
-    input_dtypes: Sequence[str] | None = None,
-    max_batch_size: int = 0,
-    bundle_metadata: str | Path | None = None,
-    dynamic_batching: DynamicBatching | None = None,
-    instance_groups: Sequence[InstanceGroup] = (),
-    version_policy: VersionPolicy | None = None,
+    model_path: str | Path, name: str, **keywords: Unpack[EntryKeywords]
 ) -> tuple[ModelSignature, ConfigOptions, str]:
     """Describe ``model_path`` and render the ``config.pbtxt`` that serves it as model ``name``.
 
-    Returns the signature, the options and the checked text (it parses back to both).
+    Keywords: ``flavor`` (python or libtorch), ``input_shapes``/``input_dtypes`` (probing),
+    ``max_batch_size``, ``bundle_metadata``, ``dynamic_batching``, ``instance_groups``,
+    ``version_policy``. Returns the signature, the options and the checked text.
     """
-    layout.check_model_name(name)
-    options = ConfigOptions(
-        flavor=flavor,
-        dynamic_batching=dynamic_batching,
-        instance_groups=tuple(instance_groups),
-        version_policy=version_policy,
-    )
-    description = describe_model(
-        model_path,
-        name,
-        input_shapes=input_shapes,
-        input_dtypes=input_dtypes,
-        bundle_metadata=bundle_metadata,
-        max_batch_size=max_batch_size,
-    )
+    source, options = entry_parameters(model_path, name, keywords)
+    signature, text = render_entry(source, options)
+    return signature, options, text
+
+
+def render_entry(source: ModelSource, options: ConfigOptions) -> tuple[ModelSignature, str]:
+    """The signature of ``source`` and its checked ``config.pbtxt`` text (it parses back to both)."""
+    description = describe(source)
     _check_servable(description, options)
     text = render_config(description.signature, options)
     check_config_text(text, description.signature, options)
-    return description.signature, options, text
+    return description.signature, text
 
 
 def build_repository(
@@ -82,39 +100,22 @@ def build_repository(
     repository: str | Path,
     name: str,
     *,
-    flavor: str = "python",
-    input_shapes: Sequence[Sequence[int]] | None = None,
-    input_dtypes: Sequence[str] | None = None,
-    max_batch_size: int = 0,
     version: int = 1,
     force: bool = False,
-    bundle_metadata: str | Path | None = None,
-    dynamic_batching: DynamicBatching | None = None,
-    instance_groups: Sequence[InstanceGroup] = (),
-    version_policy: VersionPolicy | None = None,
+    **keywords: Unpack[EntryKeywords],
 ) -> Path:
     """Write model ``name`` into ``repository`` from the TorchScript file ``model_path``; returns its folder.
 
-    An existing ``<repository>/<name>`` is replaced (all its versions) only with ``force=True``.
+    Keywords as for ``generate_config``. An existing ``<repository>/<name>`` is replaced (all its
+    versions) only with ``force=True``.
     """
-    layout.check_model_name(name)
+    source, options = entry_parameters(model_path, name, keywords)
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise ConfigError(f"model {name!r}: version must be an integer >= 1, got {version!r}")
     repo = _repository_folder(repository)
     target = repo / name
     _check_free(target, name, force)
-    signature, options, text = generate_config(
-        model_path,
-        name,
-        flavor=flavor,
-        input_shapes=input_shapes,
-        input_dtypes=input_dtypes,
-        max_batch_size=max_batch_size,
-        bundle_metadata=bundle_metadata,
-        dynamic_batching=dynamic_batching,
-        instance_groups=instance_groups,
-        version_policy=version_policy,
-    )
+    signature, text = render_entry(source, options)
     try:
         staging = Path(tempfile.mkdtemp(prefix=f".{name}.staging-", dir=repo))
     except OSError as exc:

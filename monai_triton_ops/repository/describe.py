@@ -17,12 +17,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from ..errors import ConfigError
 from ..signature import ModelSignature, dtype_of
 from .metadata import example_shapes, network_format, output_names, read_bundle_metadata, signature_from_metadata
 from .probe import LoadedModel, Shape, check_input_count, load_model, probe_signature, verify_signature
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 logger = logging.getLogger(__name__)
 
@@ -43,52 +46,80 @@ class ModelDescription:
     verified: bool  # the model ran on a concrete shape and matched the signature
 
 
-def describe_model(
-    model_path: str | Path,
-    name: str,
-    *,
-    input_shapes: Sequence[Sequence[int]] | None = None,
-    input_dtypes: Sequence[str] | None = None,
-    bundle_metadata: str | Path | None = None,
-    max_batch_size: int = 0,
-    version: int | None = None,
-) -> ModelDescription:
-    """Describe the model in ``model_path`` (TorchScript or ``.pt2``) under the model name ``name``.
+@dataclass(frozen=True, kw_only=True)
+class ModelSource:
+    """A model file and what the caller says about it: one object for every description step.
 
     ``input_shapes`` are full example shapes, batch dim first (e.g. ``(1, 1, 96, 96, 96)``), one per
     ``forward`` argument; ``input_dtypes`` default to float32. Both are needed only when there is
     no metadata, and are checked against the metadata when there is.
     """
-    if max_batch_size < 0:
-        raise ConfigError(f"model {name!r}: max_batch_size must be >= 0, got {max_batch_size}")
-    model = load_model(model_path, name)
-    shapes = _shapes(name, input_shapes)
-    dtypes = _dtypes(name, input_dtypes, shapes)
-    meta, source = _metadata(model, name, bundle_metadata)
+
+    path: Path
+    name: str
+    input_shapes: Sequence[Sequence[int]] | None = None
+    input_dtypes: Sequence[str] | None = None
+    bundle_metadata: str | Path | None = None
+    max_batch_size: int = 0
+    version: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+        if self.max_batch_size < 0:
+            raise ConfigError(f"model {self.name!r}: max_batch_size must be >= 0, got {self.max_batch_size}")
+
+
+class ExampleKeywords(TypedDict, total=False):
+    """What the caller says about a model file, as keyword arguments of the convenience functions."""
+
+    input_shapes: Sequence[Sequence[int]] | None
+    input_dtypes: Sequence[str] | None
+    bundle_metadata: str | Path | None
+    max_batch_size: int
+
+
+class SourceKeywords(ExampleKeywords, total=False):
+    """``ModelSource``'s fields past path and name."""
+
+    version: int | None
+
+
+def describe_model(model_path: str | Path, name: str, **keywords: Unpack[SourceKeywords]) -> ModelDescription:
+    """Describe the model in ``model_path`` (TorchScript or ``.pt2``) under the model name ``name``."""
+    return describe(ModelSource(path=Path(model_path), name=name, **keywords))
+
+
+def describe(given: ModelSource) -> ModelDescription:
+    """The signature of ``given``'s model, where it came from, and whether a run confirmed it."""
+    name = given.name
+    model = load_model(given.path, name)
+    shapes = _shapes(name, given.input_shapes)
+    dtypes = _dtypes(name, given.input_dtypes, shapes)
+    meta, origin = _metadata(model, name, given.bundle_metadata)
     if meta is None:
-        return _probe(model, name, shapes, dtypes, max_batch_size, version)
+        return _probe(model, given, shapes, dtypes)
     signature = signature_from_metadata(
-        name, meta, schema_names=model.argument_names, version=version, max_batch_size=max_batch_size
+        name, meta, schema_names=model.argument_names, version=given.version, max_batch_size=given.max_batch_size
     )
-    check_input_count(model, name, len(signature.inputs), source)
+    check_input_count(model, name, len(signature.inputs), origin)
     if dtypes is not None:
         _check_dtypes(signature, dtypes)
     candidates = [_check_shapes(signature, shapes)] if shapes is not None else _candidates(name, meta)
     verified = bool(candidates)
     if candidates:
-        where = "--input-shape" if shapes is not None else f"the {source}"
+        where = "--input-shape" if shapes is not None else f"the {origin}"
         signature = verify_signature(model, signature, candidates, where)
     else:
         logger.warning(
             "model %r: the %s implies no concrete input shape, so it was not checked against the model; "
             "pass input shapes (--input-shape) to check it",
             name,
-            source,
+            origin,
         )
         if model.returns_dict:  # unchecked dict outputs: the metadata's output keys are the best names
             signature = _renamed_outputs(signature, list(network_format(name, meta)["outputs"]))
     return ModelDescription(
-        signature=signature, source=source, model_format=model.format,
+        signature=signature, source=origin, model_format=model.format,
         argument_names=model.argument_names, verified=verified,
     )  # fmt: skip
 
@@ -111,13 +142,9 @@ def _candidates(name: str, meta: dict[str, Any]) -> list[list[Shape]]:
 
 
 def _probe(
-    model: LoadedModel,
-    name: str,
-    shapes: list[Shape] | None,
-    dtypes: list[str] | None,
-    max_batch_size: int,
-    version: int | None,
+    model: LoadedModel, given: ModelSource, shapes: list[Shape] | None, dtypes: list[str] | None
 ) -> ModelDescription:
+    name = given.name
     if shapes is None:
         raise ConfigError(
             f"model {name!r}: {str(model.path)!r} carries no MONAI metadata and no bundle metadata was given; "
@@ -126,7 +153,7 @@ def _probe(
         )
     check_input_count(model, name, len(shapes), "--input-shape")
     dtypes = dtypes or ["FP32"] * len(shapes)
-    signature = probe_signature(model, name, shapes, dtypes, max_batch_size=max_batch_size, version=version)
+    signature = probe_signature(model, name, shapes, dtypes, max_batch_size=given.max_batch_size, version=given.version)
     logger.info("model %r: signature probed from example inputs %s", name, shapes)
     return ModelDescription(
         signature=signature, source="probe", model_format=model.format,
@@ -194,10 +221,9 @@ def _check_shapes(signature: ModelSignature, shapes: Sequence[Shape]) -> list[Sh
             f"{list(signature.input_names)}, got {len(shapes)} input shape(s)"
         )
     for spec, shape in zip(signature.inputs, shapes, strict=True):
-        expected = spec.full_shape(signature.max_batch_size)
-        if len(shape) != len(expected) or any(e not in (-1, s) for e, s in zip(expected, shape, strict=False)):
+        if spec.shape_mismatch(shape, signature.max_batch_size) is not None:
             raise ConfigError(
-                f"model {signature.name!r} input {spec.name!r}: metadata says shape {list(expected)}, "
-                f"got input shape {list(shape)}"
+                f"model {signature.name!r} input {spec.name!r}: metadata says shape "
+                f"{list(spec.full_shape(signature.max_batch_size))}, got input shape {list(shape)}"
             )
     return list(shapes)

@@ -85,6 +85,16 @@ def load_exported_program(path: str | Path) -> tuple[torch.export.ExportedProgra
     return program, parse_metadata_text(extra[METADATA_FILE], source=str(path))
 
 
+def load_torchscript(path: str | Path, name: str, device: str | torch.device = "cpu") -> torch.jit.ScriptModule:
+    """Load a TorchScript file in eval mode; anything torch cannot load is a ``ModelLoadError`` naming it."""
+    try:
+        module: torch.jit.ScriptModule = torch.jit.load(str(path), map_location=device)  # type: ignore[no-untyped-call]
+    except Exception as exc:  # torch raises RuntimeError, ValueError or zip errors for a bad file
+        raise ModelLoadError(f"model {name!r}: {str(path)!r} is not a loadable TorchScript file: {exc}") from exc
+    module.eval()
+    return module
+
+
 def read_bundle_metadata(path: str | Path) -> dict[str, Any]:
     """A MONAI bundle's metadata: ``path`` is the bundle folder or its ``metadata.json`` itself."""
     path = Path(path)

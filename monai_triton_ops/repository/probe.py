@@ -23,12 +23,13 @@ from typing import Any
 
 import torch
 
-from ..errors import ConfigError, ModelLoadError
+from ..errors import ConfigError
 from ..signature import ModelSignature, TensorSpec, dtype_of, dtype_to_torch
 from .metadata import (
     archive_format,
     input_names,
     load_exported_program,
+    load_torchscript,
     output_names,
     read_torchscript_metadata,
 )
@@ -53,6 +54,41 @@ class LoadedModel:
     returns_dict: bool  # forward() is declared to return a dict (TorchScript only)
 
 
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Trial:
+    """A model under test with named example inputs: what probing and checks hand from step to step."""
+
+    model: LoadedModel
+    name: str
+    in_names: tuple[str, ...]
+    shapes: tuple[Shape, ...]
+    dtypes: tuple[str, ...]
+
+    def run(self, source: str = "the example shapes") -> Outputs:
+        """Run on example inputs; a failure is a ``ConfigError`` naming the inputs it was given."""
+        try:
+            return _run(self.model, self.name, example_inputs(self.shapes, self.dtypes))
+        except ConfigError:
+            raise
+        except Exception as exc:  # a model can raise anything; the message is what the user needs
+            given = ", ".join(
+                f"{n} {list(s)} {d}" for n, s, d in zip(self.in_names, self.shapes, self.dtypes, strict=True)
+            )
+            raise ConfigError(
+                f"model {self.name!r} fails on inputs {given} (shapes from {source}): {_reason(exc)}"
+            ) from exc
+
+    def attempt(self, shapes: Sequence[Shape]) -> Outputs | None:
+        """Run on other shapes; ``None`` when the model rejects them (that size is fixed)."""
+        try:
+            return _run(self.model, self.name, example_inputs(shapes, self.dtypes))
+        except ConfigError:
+            raise
+        except Exception as exc:  # a size the model rejects: that dim is fixed
+            logger.debug("model %r rejects input shapes %s: %s", self.name, shapes, exc)
+            return None
+
+
 def load_model(path: str | Path, name: str) -> LoadedModel:
     """Load a TorchScript or ``.pt2`` file; anything else is a ``ModelLoadError``."""
     path = Path(path)
@@ -63,13 +99,10 @@ def load_model(path: str | Path, name: str) -> LoadedModel:
             path=path, format="pt2", module=program.module(), argument_names=names,
             required_inputs=len(names), metadata=meta, returns_dict=False,
         )  # fmt: skip
-    try:
-        module = torch.jit.load(str(path), map_location="cpu")  # type: ignore[no-untyped-call]
-    except Exception as exc:  # torch raises RuntimeError, ValueError or zip errors for a bad file
-        raise ModelLoadError(f"model {name!r}: {str(path)!r} is not a loadable TorchScript file: {exc}") from exc
-    module.eval()
-    arguments = [a for a in module.forward.schema.arguments if a.name != "self"]
-    returns = module.forward.schema.returns
+    module = load_torchscript(path, name)
+    schema = module.forward.schema  # type: ignore[attr-defined]
+    arguments = [a for a in schema.arguments if a.name != "self"]
+    returns = schema.returns
     return LoadedModel(
         path=path,
         format="torchscript",
@@ -114,11 +147,12 @@ def probe_signature(
 ) -> ModelSignature:
     """The signature of a model without metadata, learned by running it (see the module docstring)."""
     in_names = input_names(len(shapes), model.argument_names)
-    base = run(model, name, in_names, shapes, dtypes)
+    trial = Trial(model=model, name=name, in_names=tuple(in_names), shapes=tuple(shapes), dtypes=tuple(dtypes))
+    base = trial.run()
     if max_batch_size > 0:
-        _check_batching(model, name, in_names, shapes, dtypes, base, max_batch_size)
+        _check_batching(trial, base, max_batch_size)
     axes = [_probed_axes(len(shape), max_batch_size) for shape in shapes]
-    in_dynamic, out_dynamic = _dynamic_axes(model, name, in_names, shapes, dtypes, base, axes)
+    in_dynamic, out_dynamic = _dynamic_axes(trial, base, axes)
     out_names = output_names(len(base), [key for key, _ in base])
     inputs = tuple(
         TensorSpec(name=n, dtype=d, shape=_dims(s, dyn, max_batch_size))
@@ -144,14 +178,17 @@ def verify_signature(
     dtypes = [s.dtype for s in signature.inputs]
     errors: list[ConfigError] = []
     for shapes in candidates:
+        trial = Trial(
+            model=model, name=name, in_names=signature.input_names, shapes=tuple(shapes), dtypes=tuple(dtypes)
+        )
         try:
-            base = run(model, name, signature.input_names, shapes, dtypes, source)
+            base = trial.run(source)
         except ConfigError as exc:
             errors.append(exc)
             continue
         _check_outputs(signature, base, shapes)
         if signature.max_batch_size > 0:
-            _check_batching(model, name, signature.input_names, shapes, dtypes, base, signature.max_batch_size)
+            _check_batching(trial, base, signature.max_batch_size)
         names = output_names(len(base), [key for key, _ in base])
         outputs = tuple(replace(spec, name=n) for spec, n in zip(signature.outputs, names, strict=True))
         return replace(signature, outputs=outputs)
@@ -171,24 +208,6 @@ def _check_outputs(signature: ModelSignature, base: Outputs, shapes: Sequence[Sh
         )
     for spec, (_, tensor) in zip(signature.outputs, base, strict=True):
         _check_output(signature, spec, tensor, shapes)
-
-
-def run(
-    model: LoadedModel,
-    name: str,
-    in_names: Sequence[str],
-    shapes: Sequence[Shape],
-    dtypes: Sequence[str],
-    source: str = "the example shapes",
-) -> Outputs:
-    """Run on example inputs; a failure is a ``ConfigError`` naming the inputs it was given."""
-    try:
-        return _run(model, name, example_inputs(shapes, dtypes))
-    except ConfigError:
-        raise
-    except Exception as exc:  # a model can raise anything; the message is what the user needs
-        given = ", ".join(f"{n} {list(s)} {d}" for n, s, d in zip(in_names, shapes, dtypes, strict=True))
-        raise ConfigError(f"model {name!r} fails on inputs {given} (shapes from {source}): {_reason(exc)}") from exc
 
 
 def _run(model: LoadedModel, name: str, tensors: Sequence[torch.Tensor]) -> Outputs:
@@ -215,16 +234,6 @@ def _reason(exc: Exception) -> str:
     return lines[-1] if lines else type(exc).__name__
 
 
-def _try(model: LoadedModel, name: str, shapes: Sequence[Shape], dtypes: Sequence[str]) -> Outputs | None:
-    try:
-        return _run(model, name, example_inputs(shapes, dtypes))
-    except ConfigError:
-        raise
-    except Exception as exc:  # a size the model rejects: that dim is fixed
-        logger.debug("model %r rejects input shapes %s: %s", name, shapes, exc)
-        return None
-
-
 def _probed_axes(rank: int, max_batch_size: int) -> set[int]:
     """Batch (0) when it is explicit, and every axis after the channel axis (1)."""
     return ({0} if max_batch_size == 0 else set()) | set(range(2, rank))
@@ -234,32 +243,24 @@ def _grow(shapes: Sequence[Shape], axes: Sequence[set[int]]) -> list[Shape]:
     return [tuple(d * 2 if i in grow else d for i, d in enumerate(s)) for s, grow in zip(shapes, axes, strict=True)]
 
 
-def _dynamic_axes(
-    model: LoadedModel,
-    name: str,
-    in_names: Sequence[str],
-    shapes: Sequence[Shape],
-    dtypes: Sequence[str],
-    base: Outputs,
-    axes: list[set[int]],
-) -> tuple[list[set[int]], list[set[int]]]:
+def _dynamic_axes(trial: Trial, base: Outputs, axes: list[set[int]]) -> tuple[list[set[int]], list[set[int]]]:
     """Per input and per output, the axes whose size may change (all at once, else axis by axis)."""
-    in_dynamic: list[set[int]] = [set() for _ in shapes]
+    in_dynamic: list[set[int]] = [set() for _ in trial.shapes]
     out_dynamic: list[set[int]] = [set() for _ in base]
     if not any(axes):
         return in_dynamic, out_dynamic
-    trial = _try(model, name, _grow(shapes, axes), dtypes)
-    if trial is not None:
-        return [set(a) for a in axes], _changed(name, base, trial)
+    grown = trial.attempt(_grow(trial.shapes, axes))
+    if grown is not None:
+        return [set(a) for a in axes], _changed(trial.name, base, grown)
     for axis in sorted(set().union(*axes)):
         subset = [a & {axis} for a in axes]
-        trial = _try(model, name, _grow(shapes, subset), dtypes)
-        if trial is None:
-            logger.info("model %r: axis %d of %s keeps its example size", name, axis, list(in_names))
+        grown = trial.attempt(_grow(trial.shapes, subset))
+        if grown is None:
+            logger.info("model %r: axis %d of %s keeps its example size", trial.name, axis, list(trial.in_names))
             continue
-        for dynamic, grown in zip(in_dynamic, subset, strict=True):
-            dynamic |= grown
-        for dynamic, changed in zip(out_dynamic, _changed(name, base, trial), strict=True):
+        for dynamic, grew in zip(in_dynamic, subset, strict=True):
+            dynamic |= grew
+        for dynamic, changed in zip(out_dynamic, _changed(trial.name, base, grown), strict=True):
             dynamic |= changed
     return in_dynamic, out_dynamic
 
@@ -279,27 +280,20 @@ def _changed(name: str, base: Outputs, trial: Outputs) -> list[set[int]]:
     return changed
 
 
-def _check_batching(
-    model: LoadedModel,
-    name: str,
-    in_names: Sequence[str],
-    shapes: Sequence[Shape],
-    dtypes: Sequence[str],
-    base: Outputs,
-    max_batch_size: int,
-) -> None:
+def _check_batching(trial: Trial, base: Outputs, max_batch_size: int) -> None:
     """With ``max_batch_size > 0`` every input and output leads with the same batch dim."""
+    name, shapes = trial.name, trial.shapes
     batch = {s[0] for s in shapes if s}
     if len(batch) != 1 or any(len(s) < 2 for s in shapes):
         raise ConfigError(
             f"model {name!r}: with max_batch_size {max_batch_size} every input needs a leading batch dim and "
-            f"one more dim, all with one batch size; got {dict(zip(in_names, map(list, shapes), strict=True))}"
+            f"one more dim, all with one batch size; got {dict(zip(trial.in_names, map(list, shapes), strict=True))}"
         )
     if shapes[0][0] > max_batch_size:
         raise ConfigError(f"model {name!r}: example batch size {shapes[0][0]} exceeds max_batch_size {max_batch_size}")
     checks = [(shapes[0][0], base)]
     if max_batch_size >= 2 and shapes[0][0] != 2:
-        doubled = _try(model, name, [(2, *s[1:]) for s in shapes], dtypes)
+        doubled = trial.attempt([(2, *s[1:]) for s in shapes])
         if doubled is None:
             raise ConfigError(f"model {name!r} fails on a batch of 2; serve it with max_batch_size 0 or 1")
         checks.append((2, doubled))
@@ -329,10 +323,8 @@ def _check_output(signature: ModelSignature, spec: TensorSpec, tensor: torch.Ten
     actual_dtype = _dtype(signature.name, spec.name, tensor)
     if actual_dtype != spec.dtype:
         raise ConfigError(f"{where}: metadata says dtype {spec.dtype}, the model returns {actual_dtype}")
-    expected = spec.full_shape(signature.max_batch_size)
-    actual = tuple(tensor.shape)
-    if len(actual) != len(expected) or any(e not in (-1, a) for e, a in zip(expected, actual, strict=False)):
+    if spec.shape_mismatch(tensor.shape, signature.max_batch_size) is not None:
         raise ConfigError(
-            f"{where}: metadata says shape {list(expected)}, the model returns {list(actual)} "
-            f"for inputs {[list(s) for s in shapes]}"
+            f"{where}: metadata says shape {list(spec.full_shape(signature.max_batch_size))}, the model returns "
+            f"{list(tensor.shape)} for inputs {[list(s) for s in shapes]}"
         )

@@ -1,13 +1,24 @@
 """The backend contract, run against every backend: what apps rely on, whatever runs the model.
 
-Later backends (in-process Triton, remote gRPC/HTTP) join by adding a factory to ``BACKENDS``.
+Every test runs over every entry of ``BACKENDS``: a context manager that, given the module's model
+repository (built once, Triton layout with ``config.pbtxt``), yields a factory
+``factory(model_name, **options) -> unopened backend``. A server-backed backend joins by adding one
+entry that starts its server once per module and yields a factory pointing at it.
+
+Nothing here asserts a duration: deadlines are set relative to a run measured through the same
+backend, and "close returns within its deadline" is shown by requests that end with an error
+rather than their result.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,119 +26,253 @@ import torch
 from monai.inferers import SimpleInferer, sliding_window_inference
 
 from monai_triton_ops import create_backend
-from monai_triton_ops.backends.base import BackendState, BaseBackend
+from monai_triton_ops.backends.base import BackendState, BaseBackend, InferRequest
 from monai_triton_ops.backends.mock import MockBackend
+from monai_triton_ops.backends.options import BackendOptions, parse_options
 from monai_triton_ops.backends.torchscript import name_outputs
-from monai_triton_ops.errors import BackendStateError, InputValidationError, UsageError
-from monai_triton_ops.repository.metadata import signature_from_metadata
+from monai_triton_ops.errors import (
+    BackendStateError,
+    InferenceTimeoutError,
+    InputValidationError,
+    MonaiTritonError,
+    UsageError,
+)
+from monai_triton_ops.pipeline import Predictor
+from monai_triton_ops.repository.builder import RUNNER, RUNNER_FILENAME, build_repository
+from monai_triton_ops.repository.config import ConfigOptions, render_config
+from monai_triton_ops.repository.signatures import local_entry
+from monai_triton_ops.signature import ModelSignature, TensorSpec
 
-from ..conftest import TWO_META, UNET_META, TwoInTwoOut, tiny_unet
+from ..conftest import TWO_META, UNET_META, TwoInTwoOut, nd_format, save_model, tiny_unet
 
-Factory = Callable[[Path, str, torch.nn.Module, dict], BaseBackend]
-
-
-def _torch(repo: Path, name: str, module: torch.nn.Module, meta: dict) -> BaseBackend:
-    return create_backend("torch", repo, name)
+Factory = Callable[..., BaseBackend]
 
 
-def _mock(repo: Path, name: str, module: torch.nn.Module, meta: dict) -> BaseBackend:
-    """The model runs eagerly in Python: the double for what a backend does with it."""
-    scripted = torch.jit.load(str(repo / name / "1" / "model.pt"))
-    signature = signature_from_metadata(
-        name, meta, schema_names=[a.name for a in scripted.forward.schema.arguments][1:]
-    )
+class Affine(torch.nn.Module):
+    """Elementwise, so a split batch gives exactly the unsplit result."""
 
-    def run(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2.0 + 1.0
+
+
+class Slow(torch.nn.Module):
+    """Runs ``x[0, 0, 0]`` small matrix products, then returns ``x``: the request's length is its input."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x[0]
+        for _ in range(int(x[0, 0, 0].item())):
+            y = torch.tanh(y @ y)
+        return x + 0.0 * y.sum()
+
+
+@dataclass(frozen=True)
+class Case:
+    module: torch.nn.Module  # the eager model: the reference, and what the mock runs
+    meta: dict[str, Any]
+    max_batch_size: int = 0
+
+
+CASES = {
+    "unet": Case(tiny_unet().eval(), UNET_META),
+    "two": Case(TwoInTwoOut(), TWO_META),
+    "batched": Case(Affine(), nd_format({"x": (3, [4], "float32")}, {"y": (3, [4], "float32")}), max_batch_size=2),
+    "slow": Case(Slow(), nd_format({"x": (16, [16], "float32")}, {"y": (16, [16], "float32")})),
+}
+#: A model with a BYTES input (string lengths), which TorchScript cannot express: config.pbtxt only.
+TEXT = ModelSignature(
+    name="text",
+    inputs=(TensorSpec(name="text", dtype="BYTES", shape=(-1,)),),
+    outputs=(TensorSpec(name="length", dtype="INT64", shape=(-1,)),),
+)
+#: Matrix products per slow request: about a tenth of a second on a 2-core CPU.
+STEPS = 8000
+
+
+def _build(repo: Path, scratch: Path) -> Path:
+    for name, case in CASES.items():
+        model = save_model(case.module, scratch / f"{name}.pt", case.meta)
+        build_repository(model, repo, name, max_batch_size=case.max_batch_size)
+    text = repo / "text"
+    (text / "1").mkdir(parents=True)
+    (text / "config.pbtxt").write_text(render_config(TEXT, ConfigOptions(flavor="python")))
+    save_model(Affine(), text / "1" / "model.pt", None)
+    (text / "1" / RUNNER_FILENAME).write_bytes(RUNNER.read_bytes())
+    return repo
+
+
+def _signature(repo: Path, name: str) -> ModelSignature:
+    return local_entry(repo, name).signature(1, path=repo / name / "1" / "model.pt")
+
+
+def _eager(name: str, signature: ModelSignature) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    if name == "text":
+        return lambda inputs: {"length": np.array([len(s) for s in inputs["text"]], dtype=np.int64)}
+    module = CASES[name].module
+
+    def run(inputs: dict[str, Any]) -> dict[str, Any]:
         with torch.inference_mode():
             return name_outputs(signature, module(*(inputs[n] for n in signature.input_names)))
 
-    return MockBackend(signature=signature, fn=run)
+    return run
 
 
-BACKENDS = {"torch": _torch, "mock": _mock}
+@contextmanager
+def _torch(repo: Path) -> Iterator[Factory]:
+    yield lambda name, **options: create_backend("torch", name, model_repository=repo, **options)
 
 
-@pytest.fixture(params=sorted(BACKENDS))
-def factory(request: pytest.FixtureRequest) -> Factory:
-    return BACKENDS[request.param]
+@contextmanager
+def _mock(repo: Path) -> Iterator[Factory]:
+    """The model runs eagerly in Python: the double for what a backend does with it."""
+
+    def make(name: str, **options: Any) -> BaseBackend:
+        signature = _signature(repo, name)
+        typed = parse_options(BackendOptions, options, backend="mock")
+        return MockBackend(signature=signature, fn=_eager(name, signature), options=typed)
+
+    yield make
+
+
+BACKENDS: dict[str, Callable[[Path], AbstractContextManager[Factory]]] = {"torch": _torch, "mock": _mock}
+
+
+@pytest.fixture(scope="module")
+def contract_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _build(tmp_path_factory.mktemp("contract") / "repo", tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="module", params=sorted(BACKENDS))
+def factory(request: pytest.FixtureRequest, contract_repo: Path) -> Iterator[Factory]:
+    with BACKENDS[request.param](contract_repo) as make:
+        yield make
 
 
 @pytest.fixture
-def unet(factory: Factory, make_repo: Callable[..., Path]):
-    module = tiny_unet().eval()
-    with factory(make_repo("unet", module, UNET_META), "unet", module, UNET_META) as backend:
-        yield backend, module
+def make(factory: Factory) -> Iterator[Factory]:
+    """``make(name, **options)``: an open backend, closed after the test."""
+    opened: list[BaseBackend] = []
+
+    def make_(name: str, **options: Any) -> BaseBackend:
+        opened.append(factory(name, **options).open())
+        return opened[-1]
+
+    yield make_
+    for backend in opened:
+        backend.close(timeout_s=60)
 
 
-@pytest.fixture
-def two(factory: Factory, make_repo: Callable[..., Path]):
-    module = TwoInTwoOut()
-    with factory(make_repo("two", module, TWO_META), "two", module, TWO_META) as backend:
-        yield backend, module
+@dataclass
+class Span:
+    request: InferRequest
+    start: float
+    end: float = float("inf")
 
 
-def _image(*shape: int) -> np.ndarray:
-    return np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+def _record(backend: BaseBackend) -> list[Span]:
+    """Record each request the base hands to the backend, from dispatch to completion."""
+    spans: list[Span] = []
+    submit = backend._submit
+    lock = threading.Lock()
+
+    def recording(request: InferRequest) -> Any:
+        span = Span(request, time.monotonic())
+        with lock:
+            spans.append(span)
+        future = submit(request)
+        future.add_done_callback(lambda _: setattr(span, "end", time.monotonic()))
+        return future
+
+    backend._submit = recording  # type: ignore[method-assign]
+    return spans
 
 
-def test_signature_names_inputs_and_outputs(unet) -> None:
-    backend, _ = unet
-    sig = backend.signature
+def _most_at_once(spans: list[Span]) -> int:
+    events = sorted([(s.start, 1) for s in spans] + [(s.end, -1) for s in spans], key=lambda e: (e[0], e[1]))
+    most = current = 0
+    for _, step in events:
+        current += step
+        most = max(most, current)
+    return most
+
+
+def _image(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _slow(steps: int) -> np.ndarray:
+    x = np.zeros((1, 16, 16), np.float32)
+    x[0, 0, 0] = steps
+    return x
+
+
+def _timed_run(backend: BaseBackend, steps: int) -> float:
+    start = time.monotonic()
+    backend.infer({"x": _slow(steps)})
+    return time.monotonic() - start
+
+
+# -- what every backend does with a model ---------------------------------------------------------
+def test_signature_names_inputs_and_outputs(make: Factory) -> None:
+    sig = make("unet").signature
     assert sig.name == "unet"
     assert sig.inputs[0].dtype == "FP32"
     assert sig.inputs[0].shape == (-1, 1, -1, -1, -1)
     assert sig.outputs[0].shape == (-1, 3, -1, -1, -1)
+    assert sig.batch_axis == 0  # explicit batch dim, max_batch_size 0
     assert sig.metadata["network_data_format"]["outputs"]["pred"]["num_channels"] == 3
 
 
-def test_numpy_in_numpy_out_equal_to_the_model(unet) -> None:
-    backend, module = unet
+def test_numpy_in_numpy_out_equal_to_the_model(make: Factory) -> None:
+    backend = make("unet")
     x = _image(2, 1, 8, 8, 8)
     out = backend.infer({backend.signature.inputs[0].name: x})
     (name,) = out
     assert isinstance(out[name], np.ndarray)
     assert out[name].dtype == np.float32
     with torch.inference_mode():
-        expected = module(torch.from_numpy(x)).numpy()
+        expected = CASES["unet"].module(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(out[name], expected, rtol=1e-5, atol=1e-5)
 
 
-def test_torch_in_torch_out_on_the_callers_device(unet) -> None:
-    backend, _ = unet
-    y = backend(torch.from_numpy(_image(1, 1, 8, 8, 8)))
+def test_torch_in_torch_out_on_the_callers_device(make: Factory) -> None:
+    y = make("unet")(torch.from_numpy(_image(1, 1, 8, 8, 8)))
     assert isinstance(y, torch.Tensor)
     assert y.device.type == "cpu"
+    assert not y.is_inference()  # MONAI's sliding window blends into it in place
     assert tuple(y.shape) == (1, 3, 8, 8, 8)
 
 
-def test_is_a_monai_predictor_for_simple_and_sliding_window(unet) -> None:
-    backend, module = unet
+def test_is_a_monai_predictor_for_simple_and_sliding_window(make: Factory) -> None:
+    backend, module = make("unet"), CASES["unet"].module
     x = torch.from_numpy(_image(1, 1, 12, 10, 8))
     simple = SimpleInferer()(x, backend)
     windowed = sliding_window_inference(x, roi_size=(8, 8, 8), sw_batch_size=2, predictor=backend, overlap=0.5)
-    assert simple.shape == windowed.shape == (1, 3, 12, 10, 8)
+    in_flight = sliding_window_inference(
+        x, roi_size=(8, 8, 8), sw_batch_size=4, predictor=Predictor(backend, request_batch_size=1), overlap=0.5
+    )
+    assert simple.shape == windowed.shape == in_flight.shape == (1, 3, 12, 10, 8)
     with torch.inference_mode():
         expected = sliding_window_inference(x, roi_size=(8, 8, 8), sw_batch_size=2, predictor=module, overlap=0.5)
     torch.testing.assert_close(windowed, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(in_flight, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_two_inputs_two_outputs_of_different_dtypes(two) -> None:
-    backend, module = two
+def test_two_inputs_two_outputs_of_different_dtypes(make: Factory) -> None:
+    backend = make("two")
     sig = backend.signature
     image, offset = _image(3, 2, 4, 5), np.array([[1], [-2], [3]], dtype=np.int64)
     out = backend.infer(dict(zip(sig.input_names, (image, offset), strict=True)))
     doubled, positive = (out[n] for n in sig.output_names)
     assert doubled.dtype == np.float32
     assert positive.dtype == np.bool_
-    expected = module(torch.from_numpy(image), torch.from_numpy(offset))
+    expected = CASES["two"].module(torch.from_numpy(image), torch.from_numpy(offset))
     np.testing.assert_array_equal(doubled, expected[0].numpy())
     np.testing.assert_array_equal(positive, expected[1].numpy())
 
 
-def test_predictor_call_refuses_a_multi_input_model(two) -> None:
-    backend, _ = two
+def test_predictor_call_refuses_a_multi_input_model(make: Factory) -> None:
     with pytest.raises(UsageError, match="2 inputs"):
-        backend(_image(1, 2, 4, 4))
+        make("two")(_image(1, 2, 4, 4))
 
 
 @pytest.mark.parametrize(
@@ -139,24 +284,22 @@ def test_predictor_call_refuses_a_multi_input_model(two) -> None:
     ],
     ids=["dtype", "channels", "rank"],
 )
-def test_bad_input_is_refused_with_model_tensor_expected_actual(unet, array: np.ndarray, match: str) -> None:
-    backend, _ = unet
+def test_bad_input_is_refused_with_model_tensor_expected_actual(make: Factory, array: np.ndarray, match: str) -> None:
     with pytest.raises(InputValidationError, match=match) as info:
-        backend(array)
+        make("unet")(array)
     assert "model 'unet'" in str(info.value)
 
 
-def test_missing_and_unknown_input_names_are_refused(two) -> None:
-    backend, _ = two
+def test_missing_and_unknown_input_names_are_refused(make: Factory) -> None:
+    backend = make("two")
     name = backend.signature.input_names[0]
     with pytest.raises(InputValidationError, match=r"missing \[") as info:
         backend.infer({name: _image(1, 2, 4, 4), "bogus": _image(1)})
     assert "unknown ['bogus']" in str(info.value)
 
 
-def test_lifecycle_open_close_idempotent_and_no_reopen(factory: Factory, make_repo: Callable[..., Path]) -> None:
-    module = tiny_unet()
-    backend = factory(make_repo("unet", module, UNET_META), "unet", module, UNET_META)
+def test_lifecycle_open_close_idempotent_and_no_reopen(factory: Factory) -> None:
+    backend = factory("unet")
     assert backend.state is BackendState.NEW
     with pytest.raises(BackendStateError, match="open"):
         backend(_image(1, 1, 8, 8, 8))
@@ -167,12 +310,12 @@ def test_lifecycle_open_close_idempotent_and_no_reopen(factory: Factory, make_re
     backend.close()  # idempotent
     with pytest.raises(BackendStateError, match="cannot reopen"):
         backend.open()
-    with pytest.raises(BackendStateError):
-        backend.infer({"x": _image(1, 1, 8, 8, 8)})
+    with pytest.raises(BackendStateError, match="needs an open backend"):
+        backend.submit({"x": _image(1, 1, 8, 8, 8)})
 
 
-def test_concurrent_callers_get_their_own_results(unet) -> None:
-    backend, module = unet
+def test_concurrent_callers_get_their_own_results(make: Factory) -> None:
+    backend, module = make("unet"), CASES["unet"].module
     inputs = [_image(1, 1, 8, 8, 8) * (i + 1) for i in range(6)]
     results: dict[int, np.ndarray] = {}
 
@@ -189,3 +332,119 @@ def test_concurrent_callers_get_their_own_results(unet) -> None:
     with torch.inference_mode():
         for i, x in enumerate(inputs):
             np.testing.assert_allclose(results[i], module(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-5)
+
+
+# -- the second edition: split, in flight, deadlines, close, chosen outputs, ownership ---------------
+def test_a_batch_of_7_against_max_batch_size_2_gives_exactly_the_unsplit_result(make: Factory) -> None:
+    backend = make("batched")
+    assert (backend.signature.max_batch_size, backend.signature.batch_axis) == (2, 0)
+    spans = _record(backend)
+    x = _image(7, 3, 4)
+    for given in (x, torch.from_numpy(x)):
+        (out,) = backend.infer({"x": given}).values()
+        with torch.inference_mode():
+            unsplit = CASES["batched"].module(torch.from_numpy(x)).numpy()
+        np.testing.assert_array_equal(np.asarray(out), unsplit)
+        assert type(out) is type(given)
+    assert [int(s.request.inputs["x"].shape[0]) for s in spans] == [2, 2, 2, 1] * 2
+
+
+def test_requests_overlap_up_to_max_in_flight_and_never_more(make: Factory) -> None:
+    backend = make("slow", max_in_flight=2)
+    spans = _record(backend)
+    futures = [backend.submit({"x": _slow(STEPS // 4)}) for _ in range(5)]
+    assert backend.in_flight <= 2
+    for future in futures:
+        future.result(timeout=120)
+    assert len(spans) == 5
+    assert _most_at_once(spans) == 2  # at least two at once, never three
+    if isinstance(backend, MockBackend):  # its _infer records when the model itself ran
+        ran = [Span(spans[0].request, start, end) for start, end in backend.spans]
+        assert _most_at_once(ran) == 2
+
+
+def test_a_deadline_shorter_than_the_run_raises_and_the_next_request_works(make: Factory) -> None:
+    backend = make("slow")
+    took = _timed_run(backend, STEPS)
+    with pytest.raises(InferenceTimeoutError, match=r"model 'slow': no answer within the deadline of .* \(waited"):
+        backend.infer({"x": _slow(STEPS)}, timeout_s=took / 10)
+    assert isinstance(InferenceTimeoutError("x"), TimeoutError)
+    (out,) = backend.infer({"x": _slow(1)}, timeout_s=60).values()
+    np.testing.assert_array_equal(out, _slow(1))
+
+
+def test_the_default_deadline_comes_from_the_options(make: Factory) -> None:
+    took = _timed_run(make("slow"), STEPS)
+    backend = make("slow", timeout_s=took / 10)
+    assert backend.options.timeout_s == pytest.approx(took / 10)
+    with pytest.raises(InferenceTimeoutError):
+        backend.infer({"x": _slow(STEPS)})
+
+
+def test_close_with_requests_in_flight_ends_every_future(factory: Factory) -> None:
+    backend = factory("slow", max_in_flight=2).open()
+    took = _timed_run(backend, STEPS)
+    futures = [backend.submit({"x": _slow(STEPS)}) for _ in range(4)]  # two running, two queued
+    backend.close(timeout_s=took / 10)
+    assert all(f.done() for f in futures)  # none left hanging
+    errors = [f.exception(timeout=0) for f in futures]
+    assert all(isinstance(e, BackendStateError) for e in errors), errors  # cut off, not waited for
+    assert "closed after waiting" in str(errors[0])
+    assert backend.state is BackendState.CLOSED
+    with pytest.raises(BackendStateError):
+        backend.infer({"x": _slow(1)})
+
+
+def test_close_lets_requests_in_flight_finish_within_its_deadline(factory: Factory) -> None:
+    backend = factory("slow", max_in_flight=1).open()
+    futures = [backend.submit({"x": _slow(1)}) for _ in range(3)]
+    backend.close(timeout_s=60)
+    for future in futures:
+        np.testing.assert_array_equal(next(iter(future.result(timeout=0).values())), _slow(1))
+
+
+def test_only_the_requested_outputs_come_back_and_only_they_are_asked_for(make: Factory) -> None:
+    backend = make("two")
+    sig = backend.signature
+    spans = _record(backend)
+    inputs = dict(zip(sig.input_names, (_image(2, 2, 3, 3), np.array([[1], [2]], dtype=np.int64)), strict=True))
+    wanted = sig.output_names[1]
+    out = backend.infer(inputs, outputs=[wanted])
+    assert list(out) == [wanted]
+    assert spans[-1].request.outputs == (wanted,)
+    assert list(backend.infer(inputs)) == list(sig.output_names)  # default: all, in signature order
+    with pytest.raises(InputValidationError, match=r"model 'two': cannot return outputs \['nope'\]; its outputs"):
+        backend.infer(inputs, outputs=["nope"])
+
+
+@pytest.mark.parametrize("family", ["numpy", "torch"])
+def test_a_returned_array_is_not_changed_by_the_next_request(make: Factory, family: str) -> None:
+    backend = make("batched")
+
+    def given(seed: int) -> Any:
+        x = _image(2, 3, 4, seed=seed)
+        return torch.from_numpy(x) if family == "torch" else x
+
+    (first,) = backend.infer({"x": given(1)}).values()
+    kept = first.clone() if isinstance(first, torch.Tensor) else first.copy()
+    for seed in range(2, 6):
+        backend.infer({"x": given(seed)})
+    np.testing.assert_array_equal(np.asarray(first), np.asarray(kept))
+
+
+def test_bytes_inputs_work_or_fail_with_a_clear_error(factory: Factory) -> None:
+    text = np.array([b"ab", b"cde", b""], dtype=np.object_)
+    backend = factory("text")
+    error: MonaiTritonError | None = None
+    try:
+        with backend:
+            out = backend.infer({"text": text})
+    except MonaiTritonError as exc:  # a backend that cannot carry BYTES says so, naming model and tensor
+        error = exc
+    if error is None:
+        np.testing.assert_array_equal(out["length"], [2, 3, 0])
+        return
+    message = str(error)
+    assert "model 'text'" in message
+    assert "'text'" in message.replace("model 'text'", "")
+    assert "BYTES" in message

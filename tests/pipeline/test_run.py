@@ -23,6 +23,7 @@ from monai_triton_ops.pipeline.image import affine_of, from_channel_first, to_ch
         ({"inferer": "simple", "overlap": 1.0}, "overlap"),
         ({"inferer": "simple", "sw_batch_size": 0}, "sw_batch_size"),
         ({"inferer": "simple", "mode": "median"}, "mode"),
+        ({"request_batch_size": 0}, "request_batch_size"),
     ],
 )
 def test_settings_are_validated_with_the_field_named(kwargs: dict, match: str) -> None:
@@ -30,9 +31,28 @@ def test_settings_are_validated_with_the_field_named(kwargs: dict, match: str) -
         InferenceSettings(**kwargs)
 
 
+def test_settings_default_to_simple_and_to_sliding_window_when_a_patch_size_is_given() -> None:
+    assert InferenceSettings().inferer == "simple"
+    assert InferenceSettings(roi_size=(8, 8, 8)).inferer == "sliding_window"
+
+
+def test_settings_from_metadata_take_the_models_inference_block_and_the_overrides() -> None:
+    meta = {"inference": {"roi_size": [96, 96, 96], "sw_batch_size": 4, "overlap": 0.25, "note": "ignored"}}
+    settings = InferenceSettings.from_metadata(meta, request_batch_size=2, progress=True)
+    assert settings == InferenceSettings(
+        roi_size=(96, 96, 96), sw_batch_size=4, overlap=0.25, request_batch_size=2, progress=True
+    )
+    assert InferenceSettings.from_metadata({}).inferer == "simple"
+    assert InferenceSettings.from_metadata(meta, overlap=0.5).overlap == 0.5
+    with pytest.raises(ConfigError, match=r"no field\(s\) \['sw_batch'\]"):
+        InferenceSettings.from_metadata(meta, sw_batch=2)
+    with pytest.raises(ConfigError, match="'inference' must be an object"):
+        InferenceSettings.from_metadata({"inference": [96]})
+
+
 def test_sliding_window_and_simple_agree_on_a_whole_image(unet_repo: Path) -> None:
     image = np.random.default_rng(0).standard_normal((1, 12, 16, 8)).astype(np.float32)
-    with create_backend("torch", unet_repo, "unet") as backend:
+    with create_backend("torch", "unet", model_repository=unet_repo) as backend:
         simple = run_inference(image, backend, InferenceSettings(inferer="simple"))
         window = run_inference(image, backend, InferenceSettings(roi_size=(12, 16, 8)))
         patched = run_inference(image, backend, InferenceSettings(roi_size=(8, 8, 8), sw_batch_size=3, overlap=0.5))
@@ -44,7 +64,7 @@ def test_pre_and_post_transforms_shape_the_result(unet_repo: Path) -> None:
     image = (np.random.default_rng(0).random((1, 8, 8, 8)) * 1000).astype(np.int16)
     pre = Compose([NormalizeIntensity(dtype=np.float32)])
     post = Compose([AsDiscrete(argmax=True)])
-    with create_backend("torch", unet_repo, "unet") as backend:
+    with create_backend("torch", "unet", model_repository=unet_repo) as backend:
         labels = run_inference(
             image, backend, InferenceSettings(inferer="simple"), pre_transforms=pre, post_transforms=post
         )
@@ -55,14 +75,14 @@ def test_pre_and_post_transforms_shape_the_result(unet_repo: Path) -> None:
 
 def test_wrong_dtype_without_pre_transforms_names_the_tensor(unet_repo: Path) -> None:
     with (
-        create_backend("torch", unet_repo, "unet") as backend,
+        create_backend("torch", "unet", model_repository=unet_repo) as backend,
         pytest.raises(ValueError, match="expected dtype FP32, got INT16"),
     ):
         run_inference(np.zeros((1, 8, 8, 8), np.int16), backend, InferenceSettings(inferer="simple"))
 
 
 def test_a_2d_image_for_a_3d_model_is_refused_before_inference(unet_repo: Path) -> None:
-    with create_backend("torch", unet_repo, "unet") as backend:
+    with create_backend("torch", "unet", model_repository=unet_repo) as backend:
         with pytest.raises(InputDataError, match=r"model 'unet' input '\w+' expects 3D images .* got a 2D image"):
             run_inference(np.zeros((1, 64, 64), np.float32), backend, InferenceSettings(inferer="simple"))
 

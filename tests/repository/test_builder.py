@@ -54,7 +54,7 @@ def test_the_torchscript_backend_serves_what_was_built_exactly(
     build(model_files, case, repo, flavor=flavor)
     inputs = example_inputs(case)
     expected = run_module(model_files[case], inputs)
-    with create_backend("torch", repo, case) as backend:
+    with create_backend("torch", case, model_repository=repo) as backend:
         assert backend.signature == signature_from_config(read_config(repo / case / "config.pbtxt"), version=1)
         outputs = backend.infer(dict(zip(backend.signature.input_names, inputs, strict=True)))
     for name, want in zip(backend.signature.output_names, expected, strict=True):
@@ -186,7 +186,7 @@ def test_model_filename_follows_the_config(model_files: dict[str, Path], tmp_pat
     )
     (folder / "1" / "model.pt").rename(folder / "1" / "n.ts")
     assert model_filename(repo, "unet_meta") == "n.ts"
-    with create_backend("torch", repo, "unet_meta") as backend:
+    with create_backend("torch", "unet_meta", model_repository=repo) as backend:
         assert backend.signature.inputs[0].name == "x"
     (folder / "config.pbtxt").unlink()
     assert model_filename(repo, "unet_meta") == "model.pt"  # no config: the default

@@ -43,7 +43,7 @@ def test_the_committed_config_is_what_the_builder_generates_today() -> None:
 
 def test_the_torch_backend_reads_the_committed_layout(patch: np.ndarray) -> None:
     config_signature = signature_from_config(read_config(REPO / NAME / "config.pbtxt", name=NAME), version=1)
-    with create_backend("torch", REPO, NAME) as backend:
+    with create_backend("torch", NAME, model_repository=REPO) as backend:
         assert backend.signature.inputs == config_signature.inputs
         assert backend.signature.outputs == config_signature.outputs
         assert backend.signature.metadata["network_data_format"]["outputs"]["pred"]["num_channels"] == 3
@@ -54,7 +54,7 @@ def test_the_torch_backend_reads_the_committed_layout(patch: np.ndarray) -> None
 @pytest.mark.triton
 @pytest.mark.slow
 def test_the_committed_repository_serves_exactly_the_torchscript_output(patch: np.ndarray) -> None:
-    with create_backend("torch", REPO, NAME) as backend:
+    with create_backend("torch", NAME, model_repository=REPO) as backend:
         expected = backend(patch)
         input_name = backend.signature.inputs[0].name
     with LocalTritonServer(REPO) as server:

@@ -1,0 +1,105 @@
+"""One request and one call: what the base backend hands to a backend and what it keeps per ``submit()``.
+
+An ``InferRequest`` is what a backend's ``_submit`` / ``_infer`` receives; a ``Call`` is the base's own
+record of one ``submit()``: its requests (several when a batch was split), their results so far, and
+the caller's future, completed exactly once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import InputValidationError
+from ..signature import ModelSignature
+from .arrays import ArrayFamily, ArrayLike, as_torch
+from .deadlines import Timer
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class InferRequest:
+    """What one request carries to a backend: validated, within ``max_batch_size``, as the caller gave it."""
+
+    model: str
+    inputs: Mapping[str, ArrayLike]  # numpy or torch as given (MetaTensor unwrapped), signature order
+    outputs: tuple[str, ...]  # the outputs to return, in signature order
+    family: ArrayFamily  # what the caller gets back (the base converts)
+    deadline: float | None  # time.monotonic() deadline, or None
+
+    def remaining_s(self) -> float | None:
+        """Seconds left until the deadline (negative once passed), or ``None`` without one."""
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+
+class Call:
+    """One ``submit()``: its requests, their results so far, and the caller's future."""
+
+    def __init__(self, requests: list[InferRequest], timeout_s: float | None) -> None:
+        self.future: Future[dict[str, ArrayLike]] = Future()
+        self.requests = requests
+        self.timeout_s = timeout_s
+        self.started = time.monotonic()
+        self.running: set[int] = set()  # indices handed to the backend, not finished (backend lock)
+        self.timer: Timer | None = None
+        self._results: list[Mapping[str, ArrayLike] | None] = [None] * len(requests)
+        self._left = len(requests)
+        self._settled = False
+        self._lock = threading.Lock()
+
+    def store(self, index: int, outputs: Mapping[str, ArrayLike]) -> list[Mapping[str, ArrayLike]] | None:
+        """Keep one request's outputs; all of them, in order, once the last arrives."""
+        with self._lock:
+            self._results[index] = outputs
+            self._left -= 1
+            if self._left or self._settled:
+                return None
+            self._settled = True
+            return [r for r in self._results if r is not None]
+
+    def settle(self) -> bool:
+        """True exactly once: whoever gets it completes the future."""
+        with self._lock:
+            if self._settled:
+                return False
+            self._settled = True
+            return True
+
+
+def unwrapped(value: ArrayLike) -> ArrayLike:
+    """Tensor subclasses (MetaTensor) as plain tensors, so no backend pays their dispatch; numpy as is."""
+    return as_torch(value) if isinstance(value, torch.Tensor) else value
+
+
+def wanted_outputs(signature: ModelSignature, outputs: Sequence[str] | None) -> tuple[str, ...]:
+    """The requested outputs in signature order; unknown names are refused with the known ones."""
+    if outputs is None:
+        return signature.output_names
+    requested = (outputs,) if isinstance(outputs, str) else tuple(outputs)
+    unknown = [name for name in requested if name not in signature.output_names]
+    if unknown or not requested:
+        raise InputValidationError(
+            f"model {signature.name!r}: cannot return outputs {list(requested)}; its outputs are "
+            f"{list(signature.output_names)}"
+        )
+    return tuple(name for name in signature.output_names if name in requested)
+
+
+def complete(
+    future: Future[dict[str, ArrayLike]],
+    *,
+    result: dict[str, ArrayLike] | None = None,
+    error: BaseException | None = None,
+) -> None:
+    """Set the caller's future once; a future the caller cancelled stays cancelled."""
+    try:
+        if error is not None:
+            future.set_exception(error)
+        elif result is not None:
+            future.set_result(result)
+    except InvalidStateError:
+        pass
