@@ -23,6 +23,7 @@ import itertools
 import logging
 from typing import Any, ClassVar
 
+from ._library import lib
 from .error import OwnershipError
 
 logger = logging.getLogger(__name__)
@@ -130,8 +131,6 @@ class TritonObject:
         self._pointer = 0
         self._before_delete()
         if self._c_delete is not None:
-            from ._library import lib
-
             getattr(lib(), self._c_delete)(pointer)
 
     def _expire(self) -> None:

@@ -105,9 +105,10 @@ class TRITONSERVER_ResponseAllocator(TritonObject):
         Raises:
             OwnershipError: a request still refers to it or a buffer it allocated is still held by a response.
         """
-        if self._state is State.OWNED and (self._buffers or len(self._requests)):
+        requests = [r for r in list(self._requests) if r.owner_state is not State.DELETED]
+        if self._state is State.OWNED and (self._buffers or requests):
             raise OwnershipError(
-                f"TRITONSERVER_ResponseAllocator is still in use by {len(self._requests)} request(s) and "
+                f"TRITONSERVER_ResponseAllocator is still in use by {len(requests)} request(s) and "
                 f"{len(self._buffers)} output buffer(s); delete them (or their responses) first"
             )
         super().delete()

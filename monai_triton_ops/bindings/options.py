@@ -15,6 +15,8 @@ from .enums import (
 )
 
 PathLike = str | os.PathLike[str]
+#: Triton's default exit timeout (``--exit-timeout-secs``).
+DEFAULT_EXIT_TIMEOUT_S = 30
 
 
 def _s(value: str | os.PathLike[str]) -> bytes:
@@ -30,6 +32,8 @@ class TRITONSERVER_ServerOptions(TritonObject):
         out = ctypes.c_void_p()
         lib().TRITONSERVER_ServerOptionsNew(ctypes.byref(out))
         super().__init__(out.value or 0)
+        self.exit_timeout_s = DEFAULT_EXIT_TIMEOUT_S
+        """What ``set_exit_timeout`` set (the C API has no getters): the server waits this long at stop."""
 
     def _set(self, function: str, *args: object) -> TRITONSERVER_ServerOptions:
         getattr(lib(), f"TRITONSERVER_ServerOptions{function}")(self._ptr(), *args)
@@ -88,7 +92,9 @@ class TRITONSERVER_ServerOptions(TritonObject):
         return self._set("SetStrictReadiness", bool(strict))
 
     def set_exit_timeout(self, timeout_s: int) -> TRITONSERVER_ServerOptions:
-        return self._set("SetExitTimeout", int(timeout_s))
+        self._set("SetExitTimeout", int(timeout_s))
+        self.exit_timeout_s = int(timeout_s)
+        return self
 
     def set_buffer_manager_thread_count(self, count: int) -> TRITONSERVER_ServerOptions:
         return self._set("SetBufferManagerThreadCount", int(count))

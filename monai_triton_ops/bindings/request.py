@@ -22,6 +22,7 @@ import ctypes
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -316,7 +317,12 @@ class TRITONSERVER_InferenceRequest(TritonObject):
         if self._flight is not None:
             self._flight.note(exc)
 
-    def _finish(self, flight: _Flight, *, released: bool = False, final: bool = False) -> None:
+    def _finish(self, flight: _Flight, *, released: bool = False, final: bool = False) -> Callable[[], None] | None:
+        """Record release or FINAL; once both came, end the flight and return what completes its future.
+
+        The trampoline drops its own references first and then calls it: by then an unreferenced request
+        is deleted, so whoever waits on the future sees Triton done with it.
+        """
         with flight.lock:
             flight.released = flight.released or released
             flight.final = flight.final or final
@@ -324,16 +330,20 @@ class TRITONSERVER_InferenceRequest(TritonObject):
             if done and self._flight is flight:
                 self._flight = None
         if not done:
-            return
+            return None
         self.server._landed(self)
-        drop_handle(self._handle)  # may drop the last reference: the request is deleted after this returns
-        if flight.errors:
-            flight.future.set_exception(flight.errors[0])
-        else:
-            flight.future.set_result(None)
+        drop_handle(self._handle)
+        return partial(_complete, flight)
 
     def _before_delete(self) -> None:
         self._inputs.clear()
+
+
+def _complete(flight: _Flight) -> None:
+    if flight.errors:
+        flight.future.set_exception(flight.errors[0])
+    else:
+        flight.future.set_result(None)
 
 
 def buffer_address(data: Any, name: str) -> tuple[int, int]:
@@ -382,10 +392,13 @@ def _on_release(_request: int | None, flags: int, userp: int | None) -> None:
                 request._state = State.OWNED
         if flight.release_fn is not None:
             flight.release_fn(request, release_flags, flight.release_user_object)
-    except BaseException as exc:
+    except BaseException as exc:  # carried to the flight's future
         flight.note(exc)
     if release_flags & TRITONSERVER_RequestReleaseFlag.ALL:
-        request._finish(flight, released=True)
+        complete = request._finish(flight, released=True)
+        del request  # an unreferenced request is deleted before the future completes
+        if complete is not None:
+            complete()
 
 
 def _on_response(response: int | None, flags: int, userp: int | None) -> None:
@@ -403,10 +416,14 @@ def _on_response(response: int | None, flags: int, userp: int | None) -> None:
         wrapped = TRITONSERVER_InferenceResponse(response, request.server, flight) if response else None
         if flight.response_fn is not None:
             flight.response_fn(wrapped, complete, flight.response_user_object)
-    except BaseException as exc:
+    except BaseException as exc:  # carried to the flight's future
         flight.note(exc)
+    wrapped = None  # the callee owns the response now: drop ours
     if complete & TRITONSERVER_ResponseCompleteFlag.FINAL:
-        request._finish(flight, final=True)
+        done = request._finish(flight, final=True)
+        del request
+        if done is not None:
+            done()
 
 
 _RELEASE = _library.REQUEST_RELEASE_FN(_on_release)

@@ -4,13 +4,14 @@ Stopping and deleting follow the C API, with the pitfalls closed:
 
 - A response or request left alive by Python pins its model, and ``TRITONSERVER_ServerStop`` then waits the
   whole exit timeout. ``stop()`` and ``delete()`` first delete every Python-owned request and response of this
-  server (using one afterwards raises "deleted (its server was stopped)"); in-flight requests are Triton's, and
-  stop waits for them.
-- ``ctypes.CDLL`` releases the GIL during stop, load and every other call, and no binding lock is held
-  across a C call, so release and response callbacks run while stop waits.
-- ``TRITONSERVER_ServerDelete`` stops first and returns the stop error *without deleting*. ``delete()`` raises
-  that error and finishes the deletion itself once the last in-flight request has landed (on a short-lived
-  thread: deleting from a Triton callback thread would join that thread).
+  server (using one afterwards raises "deleted (its server was stopped)").
+- ``stop()`` and ``delete()`` refuse new requests, then wait (GIL released, no lock callbacks need) for the
+  requests in flight to land, up to the exit timeout, and only then call Triton. Triton's own wait is not
+  enough: when its exit timeout expires, ``TRITONSERVER_ServerDelete`` returns an error without deleting, and
+  deleting again once the request lands frees the server under a model that a Triton thread destroys later
+  (2.51 crashes in ``RateLimiter::GetPayload``, seen here). So when requests outlive the exit timeout,
+  ``delete()`` raises without calling Triton, and the binding deletes the server after the last one has
+  landed (on a short-lived thread: deleting from a Triton callback thread would join that thread).
 - At interpreter exit, servers still alive are deleted before Python finalizes (``atexit``), so no Triton
   thread calls back into a finalizing interpreter.
 """
@@ -30,7 +31,7 @@ from typing import Any
 from ._library import lib
 from ._object import State, TritonObject
 from .enums import TRITONSERVER_ModelBatchFlag, TRITONSERVER_ModelTxnPropertyFlag
-from .error import OwnershipError, TritonError
+from .error import InternalError, OwnershipError, TritonError, UnavailableError
 from .message import TRITONSERVER_Message
 from .metrics import TRITONSERVER_Metrics
 from .options import TRITONSERVER_ServerOptions
@@ -40,6 +41,8 @@ from .trace import TRITONSERVER_InferenceTrace
 
 logger = logging.getLogger(__name__)
 
+#: Exit timeout for a postponed deletion, when only model unloading is left to wait for.
+_UNLOAD_TIMEOUT_S = 60
 _live_servers: weakref.WeakSet[TRITONSERVER_Server] = weakref.WeakSet()
 _atexit_lock = threading.Lock()
 _atexit_registered = False
@@ -54,9 +57,12 @@ class TRITONSERVER_Server(TritonObject):
         out = ctypes.c_void_p()
         lib().TRITONSERVER_ServerNew(ctypes.byref(out), options._ptr())
         super().__init__(out.value or 0)
+        self._exit_timeout_s = options.exit_timeout_s
         self._children: weakref.WeakSet[Any] = weakref.WeakSet()
         self._in_flight: set[int] = set()
         self._flight_lock = threading.Lock()
+        self._landed_all = threading.Condition(self._flight_lock)
+        self._stopping = False
         self._delete_lock = threading.Lock()
         self._delete_pending = False
         self._deleter: threading.Thread | None = None
@@ -65,16 +71,24 @@ class TRITONSERVER_Server(TritonObject):
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def stop(self) -> None:
-        """``TRITONSERVER_ServerStop``: waits for in-flight requests (up to the exit timeout); idempotent in C."""
-        self._invalidate_children()
+        """Refuse new requests, let those in flight land (up to the exit timeout), ``TRITONSERVER_ServerStop``.
+
+        Raises:
+            InternalError: requests were still in flight when the exit timeout expired; Triton was not asked
+                to stop (``delete()`` later deletes the server once they land).
+        """
+        self._ptr()
+        self._begin_stop()
         lib().TRITONSERVER_ServerStop(self._ptr())
 
     def delete(self) -> None:
-        """``TRITONSERVER_ServerDelete``: stop, then delete.
+        """Stop as ``stop()`` does, then ``TRITONSERVER_ServerDelete``.
 
         Raises:
-            TritonError: stopping failed (e.g. the exit timeout expired with requests in flight); the server is
-                deleted later, as soon as those requests have landed (``wait_deleted`` waits for it).
+            InternalError: requests were still in flight when the exit timeout expired; the server is deleted
+                as soon as they have landed (``wait_deleted`` waits for that).
+            TritonError: Triton failed to stop (its models did not unload within the exit timeout); the
+                server is left undeleted, as Triton leaves it.
             OwnershipError: deleted already, or a postponed deletion still waits for requests in flight.
         """
         with self._delete_lock:
@@ -87,17 +101,29 @@ class TRITONSERVER_Server(TritonObject):
                     )
                 self._finish_delete()
                 return
-            self._invalidate_children()
             try:
-                lib().TRITONSERVER_ServerDelete(pointer)
-            except TritonError:
+                self._begin_stop()
+            except InternalError:
                 with self._flight_lock:
                     self._delete_pending = True
                     now = not self._in_flight
                 if now:
                     self._finish_delete()
                 raise
+            lib().TRITONSERVER_ServerDelete(pointer)
             self._mark_deleted("delete() was called")
+
+    def _begin_stop(self) -> None:
+        self._stopping = True
+        self._invalidate_children()
+        with self._landed_all:
+            landed = self._landed_all.wait_for(lambda: not self._in_flight, timeout=self._exit_timeout_s)
+            in_flight = len(self._in_flight)
+        if not landed:
+            raise InternalError(
+                f"Exit timeout expired: {in_flight} request(s) still in flight after {self._exit_timeout_s} s; "
+                "the server is deleted once they have landed"
+            )
 
     @property
     def deleted(self) -> bool:
@@ -112,7 +138,9 @@ class TRITONSERVER_Server(TritonObject):
         return self.deleted
 
     def set_exit_timeout(self, timeout_s: int) -> None:
+        """How long stop waits for requests in flight and for models to unload."""
         lib().TRITONSERVER_ServerSetExitTimeout(self._ptr(), int(timeout_s))
+        self._exit_timeout_s = int(timeout_s)
 
     # -- repositories and models ------------------------------------------------------------------------
     def register_model_repository(
@@ -219,6 +247,8 @@ class TRITONSERVER_Server(TritonObject):
         still owns the request and the trace.
         """
         server = self._ptr()
+        if self._stopping:
+            raise UnavailableError("TRITONSERVER_Server is stopping: no new requests")
         if request.server is not self:
             raise OwnershipError("TRITONSERVER_InferenceRequest was created for another TRITONSERVER_Server")
         flight = request._lend()
@@ -247,6 +277,8 @@ class TRITONSERVER_Server(TritonObject):
     def _landed(self, request: TRITONSERVER_InferenceRequest) -> None:
         with self._flight_lock:
             self._in_flight.discard(request._handle)
+            if not self._in_flight:
+                self._landed_all.notify_all()
             finish = self._delete_pending and not self._in_flight and self._deleter is None
         if finish:  # never delete on a Triton callback thread: ServerDelete joins Triton's threads
             self._deleter = threading.Thread(target=self._finish_delete_later, name="triton-server-delete", daemon=True)
@@ -258,10 +290,13 @@ class TRITONSERVER_Server(TritonObject):
                 self._finish_delete()
 
     def _finish_delete(self) -> None:
+        """The postponed deletion: no request is in flight any more, only model unloading is left to wait for;
+        a short exit timeout (the one that expired) would leave the server half-stopped, so wait longer."""
         try:
+            lib().TRITONSERVER_ServerSetExitTimeout(self._pointer, max(self._exit_timeout_s, _UNLOAD_TIMEOUT_S))
             lib().TRITONSERVER_ServerDelete(self._pointer)
         except TritonError:
-            logger.exception("TRITONSERVER_ServerDelete failed again; the server is left undeleted")
+            logger.exception("TRITONSERVER_ServerDelete failed; the server is left undeleted")
             return
         self._mark_deleted("delete() was called")
 

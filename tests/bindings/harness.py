@@ -10,11 +10,14 @@ left, and restores the environment.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import shutil
 import sys
+import tempfile
+import time
 import types
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,15 +92,42 @@ def stop_server(started: Started, *, check: bool = True) -> None:
     from monai_triton_ops.bindings import State
 
     try:
+        started.server.wait_deleted(30)  # a deletion postponed until requests landed
         if started.server.owner_state is State.OWNED:
             started.server.delete()
         if check:
-            assert not stub_pids(started.shm_prefix), f"stub processes left: {stub_pids(started.shm_prefix)}"
+            # a stub whose server was deleted past its exit timeout notices within a second and exits
+            gone = wait_until(lambda: not stub_pids(started.shm_prefix), timeout_s=10)
+            assert gone, f"stub processes left: {stub_pids(started.shm_prefix)}"
             assert not shm_regions(started.shm_prefix), f"shared memory left: {shm_regions(started.shm_prefix)}"
     finally:
         os.environ.clear()
         os.environ.update(started.saved_environ)
         shutil.rmtree(started.workdir / "backends", ignore_errors=True)
+
+
+@contextlib.contextmanager
+def case_server(build: Callable[[Path], object], models: Sequence[str], **options: Any) -> Iterator[Started]:
+    """For subprocess cases: a repository built by ``build``, a server over it, all removed afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix="binding_case_"))
+    try:
+        build(folder / "repo")
+        started = start_server(folder / "repo", folder / "work", models=models, **options)
+        try:
+            yield started
+        finally:
+            stop_server(started)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, interval_s: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval_s)
+    return True
 
 
 def stub_pids(prefix: str) -> list[int]:
