@@ -30,7 +30,7 @@ import torch
 
 from ..errors import ConfigError, InferenceError, MonaiTritonError
 from ..repository import layout
-from ..repository.signatures import local_entry
+from ..repository.signatures import LocalEntry, local_entry
 from ..signature import ModelSignature, TensorSpec
 from . import shared_server
 from .arrays import ArrayLike, as_numpy
@@ -144,6 +144,7 @@ class InProcessBackend(BaseBackend):
         entry = local_entry(self._repository, self.model_name)
         path = layout.model_file(version_dir, self.model_name, entry.model_filename)
         signature = entry.signature(version, path=path)
+        _refuse_bytes_in_a_numpy2_stub(signature, entry)
         options = cast(TritonOptions, self.options)
         self._server = shared_server.acquire(options.server_settings(), self._repository, self.model_name, self)
         self._allocator = b.ArrayAllocator("numpy")
@@ -210,6 +211,22 @@ class InProcessBackend(BaseBackend):
         if self._server is not None:
             self._server = None
             shared_server.release(self.model_name, self)
+
+
+def _refuse_bytes_in_a_numpy2_stub(signature: ModelSignature, entry: LocalEntry) -> None:
+    """BYTES into a 2.51 Python-backend stub running numpy 2 crashes the stub (pitfall B1): say so at open."""
+    config = entry.config
+    if config is None or config.backend != "python" or "EXECUTION_ENV_PATH" in config.parameters:
+        return
+    if int(np.__version__.split(".")[0]) < 2:
+        return
+    bytes_inputs = [t.name for t in signature.inputs if t.dtype == "BYTES"]
+    if bytes_inputs:
+        raise ConfigError(
+            f"model {signature.name!r}: inputs {bytes_inputs} are BYTES, which the Python backend stub of the "
+            f"Triton library here (built against numpy 1) misreads under numpy {np.__version__} and crashes on; "
+            "give the model an EXECUTION_ENV_PATH environment with numpy<2, or serve it from the NGC image"
+        )
 
 
 def _input_data(spec: TensorSpec, value: ArrayLike) -> Any:
