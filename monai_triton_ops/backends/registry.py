@@ -58,7 +58,8 @@ _registry: dict[str, BackendEntry] = {
     "torch": BackendEntry(target="monai_triton_ops.backends.torchscript:TorchScriptBackend"),
     "triton": BackendEntry(
         target="monai_triton_ops.backends.inprocess:InProcessBackend",
-        hint="the in-process backend needs the Triton server library (libtritonserver.so)",
+        hint="the in-process backend needs the Triton server library: pip install --no-deps nvidia-pytriton==0.7.0, "
+        "or set TRITONSERVER_HOME to a Triton install",
     ),
     **{s: BackendEntry(target=_REMOTE, hint=_REMOTE_HINT, takes_urls=True) for s in ("grpc", "grpcs", "http", "https")},
 }

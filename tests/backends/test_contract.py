@@ -134,9 +134,33 @@ def _mock(repo: Path) -> Iterator[Factory]:
     yield make
 
 
-BACKENDS: dict[str, Callable[[Path], AbstractContextManager[Factory]]] = {"torch": _torch, "mock": _mock}
+@contextmanager
+def _triton(repo: Path) -> Iterator[Factory]:
+    """The in-process Triton server; one backend per model stays open for the module, so each model loads once."""
+    from monai_triton_ops.backends.registry import is_installed
+    from monai_triton_ops.errors import ServerNotFoundError
+    from monai_triton_ops.server.discovery import find_triton_library
+
+    try:
+        find_triton_library()
+    except ServerNotFoundError as exc:
+        pytest.skip(f"no libtritonserver: {exc}")
+    assert is_installed("triton")
+    keep = [create_backend("triton", name, model_repository=repo).open() for name in CASES]
+    try:
+        yield lambda name, **options: create_backend("triton", name, model_repository=repo, **options)
+    finally:
+        for backend in keep:
+            backend.close(timeout_s=60)
+
+
+BACKENDS: dict[str, Callable[[Path], AbstractContextManager[Factory]]] = {
+    "torch": _torch,
+    "mock": _mock,
+    "triton": _triton,
+}
 BACKENDS.update(REMOTE)  # grpc-none, grpc-system, http-none, http-system: one local tritonserver for all four
-MARKS = dict.fromkeys(REMOTE, pytest.mark.triton)
+MARKS = dict.fromkeys([*REMOTE, "triton"], pytest.mark.triton)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,280 @@
+"""The ``triton`` backend: Triton's core inside this process, through the C API binding.
+
+The model repository is the app's model folder (``-m``), so the repository a remote fleet serves runs
+here unchanged: same ``config.pbtxt``, same Triton scheduler, dynamic batcher and backends, no separate
+server and no network hop. Every backend of the process shares one server (``shared_server``).
+
+A request goes to ``TRITONSERVER_ServerInferAsync``; the response callback reads the outputs, which the
+binding's ``ArrayAllocator`` wrote straight into fresh numpy arrays: those very arrays go to the caller
+(no copy, never reused, so they follow the contract's ownership rule). The binding's future completes
+once Triton has released the request and delivered its FINAL response; this backend's future follows it.
+A deadline cancels the request in Triton, best effort (a Python-backend model already executing runs on).
+
+    backend = create_backend("triton?log_verbose=1", "brain_tissue_seg", model_repository="model_repository")
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import struct
+import threading
+from collections.abc import Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError, InferenceError, MonaiTritonError
+from ..repository import layout
+from ..repository.signatures import LocalEntry, local_entry
+from ..signature import ModelSignature, TensorSpec
+from . import shared_server
+from .arrays import ArrayLike, as_numpy
+from .base import BaseBackend, InferRequest
+from .options import BackendOptions
+
+if TYPE_CHECKING:
+    from .. import bindings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TritonOptions(BackendOptions):
+    """Options of the process's in-process server (the first backend to open starts it with them).
+
+    ``log_verbose``: Triton's verbose log level (0 off); ``log_file``: where Triton logs (default a file
+    in the server's temporary folder); ``exit_timeout_s``: how long stopping waits for requests in
+    flight; ``shm_default_byte_size`` / ``shm_growth_byte_size``: the Python backend's shared-memory
+    region per model instance; ``backend_config``: any other ``backend:setting=value`` (comma separated in
+    a spec); thread counts of the buffer manager and model loading; ``library``: ``libtritonserver.so`` to
+    load (default: ``TRITONSERVER_LIB``, ``TRITONSERVER_HOME``, ``/opt/tritonserver``, nvidia-pytriton).
+    """
+
+    log_verbose: int = 0
+    log_file: Path | None = None
+    exit_timeout_s: int = 30
+    shm_default_byte_size: int | None = None
+    shm_growth_byte_size: int | None = None
+    backend_config: tuple[str, ...] = ()
+    buffer_manager_thread_count: int | None = None
+    model_load_thread_count: int | None = None
+    library: Path | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.exit_timeout_s < 0:
+            raise ConfigError(f"option exit_timeout_s must be >= 0 seconds, got {self.exit_timeout_s!r}")
+        for name in ("buffer_manager_thread_count", "model_load_thread_count"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"option {name} must be >= 1, got {value!r}")
+        self.backend_settings()  # refuse malformed entries now
+
+    def backend_settings(self) -> tuple[tuple[str, str, str], ...]:
+        """``(backend, setting, value)`` for every backend config option, the shm sizes included."""
+        settings = []
+        for size, setting in (
+            (self.shm_default_byte_size, "shm-default-byte-size"),
+            (self.shm_growth_byte_size, "shm-growth-byte-size"),
+        ):
+            if size is not None:
+                settings.append(("python", setting, str(size)))
+        for entry in self.backend_config:
+            backend, colon, rest = entry.partition(":")
+            setting, equals, value = rest.partition("=")
+            if not (colon and equals and backend and setting):
+                raise ConfigError(f"option backend_config entry {entry!r} is not 'backend:setting=value'")
+            settings.append((backend, setting, value))
+        return tuple(settings)
+
+    def server_settings(self) -> shared_server.ServerSettings:
+        return shared_server.ServerSettings(
+            library_path=self.library,
+            log_verbose=self.log_verbose,
+            log_file=self.log_file,
+            exit_timeout_s=self.exit_timeout_s,
+            backend_config=self.backend_settings(),
+            buffer_manager_thread_count=self.buffer_manager_thread_count,
+            model_load_thread_count=self.model_load_thread_count,
+        )
+
+
+@dataclass
+class _Pending:
+    """One request in Triton: the binding's request (for cancel) and the outputs its response delivered."""
+
+    request: bindings.TRITONSERVER_InferenceRequest
+    outputs: dict[str, ArrayLike] = field(default_factory=dict)
+
+
+class InProcessBackend(BaseBackend):
+    """Runs a model of the app's repository on the process's in-process Triton server."""
+
+    kind = "triton"
+    options_type = TritonOptions
+
+    def __init__(self, model_name: str, **kwargs: Any) -> None:
+        super().__init__(model_name, **kwargs)
+        if self.model_repository is None:
+            raise ConfigError("the 'triton' backend needs the model repository folder (model_repository=..., or -m)")
+        if self.urls:
+            raise ConfigError(f"the 'triton' backend runs in this process and takes no server URL, got {self.urls}")
+        self._repository = self.model_repository.resolve()
+        self._server: shared_server.SharedServer | None = None
+        self._allocator: bindings.ArrayAllocator | None = None
+        self._pending: dict[int, _Pending] = {}
+        self._pending_lock = threading.Lock()
+
+    @property
+    def server(self) -> shared_server.SharedServer:
+        """The shared server this backend holds (open backends only)."""
+        if self._server is None:
+            raise ConfigError(f"{self!r} holds no server (not open)")
+        return self._server
+
+    def _open(self) -> ModelSignature:
+        from .. import bindings as b
+
+        version, version_dir = layout.resolve_version(self._repository, self.model_name, self.version)
+        entry = local_entry(self._repository, self.model_name)
+        path = layout.model_file(version_dir, self.model_name, entry.model_filename)
+        signature = entry.signature(version, path=path)
+        _refuse_bytes_in_a_numpy2_stub(signature, entry)
+        options = cast(TritonOptions, self.options)
+        self._server = shared_server.acquire(options.server_settings(), self._repository, self.model_name, self)
+        self._allocator = b.ArrayAllocator("numpy")
+        logger.info("model %r loaded in the in-process Triton server", self.model_name)
+        return signature
+
+    def _submit(self, request: InferRequest) -> Future[Mapping[str, ArrayLike]]:
+        from .. import bindings as b
+
+        server, allocator = self.server.server, self._allocator
+        if allocator is None:
+            raise InferenceError(f"{self!r}: no response allocator (not open)")
+        triton_request = b.TRITONSERVER_InferenceRequest(server, self.model_name, self.version or -1)
+        signature = self.signature
+        for name, value in request.inputs.items():
+            spec = signature.input(name)
+            data = _input_data(spec, value)
+            triton_request.add_input(name, b.TRITONSERVER_DataType[spec.dtype], tuple(int(d) for d in value.shape))
+            triton_request.append_input_data(name, data)
+        for name in request.outputs:
+            triton_request.add_requested_output(name)
+        pending = _Pending(triton_request)
+        triton_request.set_response_callback(allocator, None, _on_response, pending)
+        result: Future[Mapping[str, ArrayLike]] = Future()
+        key = id(request)
+        with self._pending_lock:
+            self._pending[key] = pending
+        try:
+            landed = server.infer_async(triton_request)
+        except BaseException:
+            with self._pending_lock:
+                self._pending.pop(key, None)
+            raise
+        landed.add_done_callback(functools.partial(self._landed, key, pending, result))
+        return result
+
+    def _landed(
+        self, key: int, pending: _Pending, result: Future[Mapping[str, ArrayLike]], landed: Future[None]
+    ) -> None:
+        with self._pending_lock:
+            self._pending.pop(key, None)
+        error = landed.exception()
+        if error is None:
+            result.set_result(pending.outputs)
+        else:
+            result.set_exception(self._error(error))
+
+    def _error(self, error: BaseException) -> BaseException:
+        from .. import bindings as b
+
+        if isinstance(error, b.CancelledError):
+            return InferenceError(f"model {self.model_name!r}: the request was cancelled in Triton ({error})")
+        if isinstance(error, b.TritonError) or not isinstance(error, MonaiTritonError):
+            wrapped = InferenceError(f"model {self.model_name!r}: Triton answered {type(error).__name__}: {error}")
+            wrapped.__cause__ = error
+            return wrapped
+        return error
+
+    def _cancel(self, request: InferRequest) -> None:
+        with self._pending_lock:
+            pending = self._pending.get(id(request))
+        if pending is not None:
+            pending.request.cancel()
+
+    def _close(self) -> None:
+        if self._server is not None:
+            self._server = None
+            shared_server.release(self.model_name, self)
+
+
+def _refuse_bytes_in_a_numpy2_stub(signature: ModelSignature, entry: LocalEntry) -> None:
+    """BYTES into a 2.51 Python-backend stub running numpy 2 crashes the stub (pitfall B1): say so at open."""
+    config = entry.config
+    if config is None or config.backend != "python" or "EXECUTION_ENV_PATH" in config.parameters:
+        return
+    if int(np.__version__.split(".")[0]) < 2:
+        return
+    bytes_inputs = [t.name for t in signature.inputs if t.dtype == "BYTES"]
+    if bytes_inputs:
+        raise ConfigError(
+            f"model {signature.name!r}: inputs {bytes_inputs} are BYTES, which the Python backend stub of the "
+            f"Triton library here (built against numpy 1) misreads under numpy {np.__version__} and crashes on; "
+            "give the model an EXECUTION_ENV_PATH environment with numpy<2, or serve it from the NGC image"
+        )
+
+
+def _input_data(spec: TensorSpec, value: ArrayLike) -> Any:
+    """What the request holds for one input: a contiguous CPU array or tensor, BYTES serialized."""
+    if spec.dtype == "BYTES":
+        return serialize_bytes(as_numpy(value))
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().contiguous()
+    return np.ascontiguousarray(value)
+
+
+def _on_response(response: Any, _flags: Any, pending: _Pending) -> None:
+    """Keep each requested output (the allocator's own array); the error a response carries is raised."""
+    if response is None:
+        return
+    from .. import bindings as b
+
+    try:
+        for index in range(response.output_count):  # raises the response's error first
+            out = response.output(index)
+            if out.datatype is b.TRITONSERVER_DataType.BYTES:
+                pending.outputs[out.name] = deserialize_bytes(out.buffer_user_object, out.byte_size, out.shape)
+            else:
+                pending.outputs[out.name] = response.output_array(index)
+    finally:
+        response.delete()
+
+
+def serialize_bytes(array: np.ndarray) -> bytes:
+    """Triton's BYTES layout: per element a little-endian uint32 length, then the bytes (no padding)."""
+    parts = []
+    for item in array.reshape(-1):
+        data = item.encode() if isinstance(item, str) else bytes(item)
+        parts.append(struct.pack("<I", len(data)))
+        parts.append(data)
+    return b"".join(parts)
+
+
+def deserialize_bytes(buffer: Any, byte_size: int, shape: tuple[int, ...]) -> np.ndarray:
+    """The inverse of :func:`serialize_bytes`: an object array of ``bytes`` shaped ``shape``."""
+    raw = memoryview(np.asarray(buffer, dtype=np.uint8)[:byte_size]).tobytes() if byte_size else b""
+    items, offset = [], 0
+    while offset < len(raw):
+        (length,) = struct.unpack_from("<I", raw, offset)
+        items.append(raw[offset + 4 : offset + 4 + length])
+        offset += 4 + length
+    result = np.empty(len(items), dtype=np.object_)
+    result[:] = items
+    return result.reshape(shape)
