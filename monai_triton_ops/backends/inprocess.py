@@ -142,8 +142,8 @@ class InProcessBackend(BaseBackend):
 
         version, version_dir = layout.resolve_version(self._repository, self.model_name, self.version)
         entry = local_entry(self._repository, self.model_name)
-        path = layout.model_file(version_dir, self.model_name, entry.model_filename)
-        signature = entry.signature(version, path=path)
+        # Triton loads whatever the config names (model.py, model.pt, ...); the file is read only without a config.
+        signature = entry.signature(version, path=version_dir / entry.model_filename)
         _refuse_bytes_in_a_numpy2_stub(signature, entry)
         options = cast(TritonOptions, self.options)
         self._server = shared_server.acquire(options.server_settings(), self._repository, self.model_name, self)
@@ -181,9 +181,12 @@ class InProcessBackend(BaseBackend):
         landed.add_done_callback(functools.partial(self._landed, key, pending, result))
         return result
 
-    def _landed(self, key: int, pending: _Pending, result: Future[Mapping[str, ArrayLike]], landed: Future[None]) -> None:
+    def _landed(
+        self, key: int, pending: _Pending, result: Future[Mapping[str, ArrayLike]], landed: Future[None]
+    ) -> None:
         with self._pending_lock:
             self._pending.pop(key, None)
+        _delete(pending.request)  # a request left alive holds its model: unloading would wait on it
         error = landed.exception()
         if error is None:
             result.set_result(pending.outputs)
@@ -227,6 +230,13 @@ def _refuse_bytes_in_a_numpy2_stub(signature: ModelSignature, entry: LocalEntry)
             f"Triton library here (built against numpy 1) misreads under numpy {np.__version__} and crashes on; "
             "give the model an EXECUTION_ENV_PATH environment with numpy<2, or serve it from the NGC image"
         )
+
+
+def _delete(request: bindings.TRITONSERVER_InferenceRequest) -> None:
+    from .. import bindings as b
+
+    if request.owner_state is b.State.OWNED:
+        request.delete()
 
 
 def _input_data(spec: TensorSpec, value: ArrayLike) -> Any:
