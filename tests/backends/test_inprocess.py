@@ -25,9 +25,7 @@ from monai_triton_ops.backends.base import BaseBackend
 from monai_triton_ops.backends.inprocess import InProcessBackend, TritonOptions, deserialize_bytes, serialize_bytes
 from monai_triton_ops.errors import (
     BackendStateError,
-    BackendUnavailableError,
     ConfigError,
-    InferenceError,
     ModelLoadError,
 )
 from monai_triton_ops.server.discovery import find_triton_library
@@ -110,7 +108,9 @@ def test_outputs_are_the_allocators_arrays_handed_over_without_a_copy(repo: Path
         x = np.arange(1000, dtype=np.float32)
         (out,) = backend.infer({"INPUT__0": x}).values()
         assert not out.flags.owndata  # a view of the uint8 buffer Triton wrote into
-        assert out.base is not None and out.base.dtype == np.uint8 and out.base.nbytes == x.nbytes
+        assert out.base is not None
+        assert out.base.dtype == np.uint8
+        assert out.base.nbytes == x.nbytes
         np.testing.assert_array_equal(out, x)
 
 
@@ -134,13 +134,15 @@ def test_threads_calling_infer_concurrently_get_their_own_results(repo: Path) ->
 
 def test_two_backends_on_two_models_share_one_server(repo: Path) -> None:
     with open_backend(repo, "other") as one, open_backend(repo, "mixed") as two:
-        assert isinstance(one, InProcessBackend) and isinstance(two, InProcessBackend)
+        assert isinstance(one, InProcessBackend)
+        assert isinstance(two, InProcessBackend)
         assert one.server is two.server is shared_server.current()
         ready = {m["name"] for m in one.server.server.model_index(1).json()}
         assert {"passthrough", "other", "mixed"} <= ready
         assert "slow" not in ready  # explicit model control: only what was opened
     still = {m["name"] for m in shared_server.current().server.model_index(1).json()}  # type: ignore[union-attr]
-    assert "mixed" not in still and "passthrough" in still  # unloaded at its last close; the holder's stays
+    assert "mixed" not in still
+    assert "passthrough" in still
 
 
 def test_close_with_requests_in_flight_lets_them_finish_then_the_model_reopens(repo: Path) -> None:
@@ -190,7 +192,8 @@ def test_options_are_typed_from_the_spec_and_the_server_runs_with_one_set(repo: 
 def test_bytes_serialization_matches_tritons_layout() -> None:
     items = np.array([b"", b"a\x00\x00", "é".encode(), b"x" * 70000], dtype=np.object_)
     raw = serialize_bytes(items)
-    assert raw[:4] == b"\x00\x00\x00\x00" and raw[4:8] == b"\x03\x00\x00\x00"
+    assert raw[:4] == b"\x00\x00\x00\x00"
+    assert raw[4:8] == b"\x03\x00\x00\x00"
     back = deserialize_bytes(np.frombuffer(raw, np.uint8), len(raw), (2, 2))
     assert back.reshape(-1).tolist() == items.tolist()
 
@@ -238,7 +241,8 @@ def test_a_missing_library_is_backend_unavailable_with_the_install_hint(repo: Pa
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("BackendUnavailableError"), result.stdout
-    assert "nvidia-pytriton" in result.stdout and "TRITONSERVER_HOME" in result.stdout
+    assert "nvidia-pytriton" in result.stdout
+    assert "TRITONSERVER_HOME" in result.stdout
 
 
 def test_no_leaks_over_5000_requests_and_nothing_left_after_the_last_close(repo: Path) -> None:
@@ -282,7 +286,8 @@ def test_no_leaks_over_5000_requests_and_nothing_left_after_the_last_close(repo:
     tasks_before, tasks_after = map(int, lines["tasks"].split())
     assert tasks_after <= tasks_before, lines
     assert lines["handles"] == "0"
-    assert "'MainThread'" in lines["threads"] and "triton" not in lines["threads"]
+    assert "'MainThread'" in lines["threads"]
+    assert "triton" not in lines["threads"]
     pid = int(lines["pid"])
     assert not _stubs_of(pid)
     assert not list(Path("/dev/shm").glob(f"monai_triton_{pid}_*"))
