@@ -277,7 +277,7 @@ def serialize_bytes(array: np.ndarray) -> bytes:
 
 def deserialize_bytes(buffer: Any, byte_size: int, shape: tuple[int, ...]) -> np.ndarray:
     """The inverse of :func:`serialize_bytes`: an object array of ``bytes`` shaped ``shape``."""
-    raw = memoryview(np.asarray(buffer, dtype=np.uint8)[:byte_size]).tobytes() if byte_size else b""
+    raw = np.asarray(buffer, dtype=np.uint8)[:byte_size].tobytes() if byte_size else b""
     items, offset = [], 0
     while offset < len(raw):
         (length,) = struct.unpack_from("<I", raw, offset)
