@@ -19,8 +19,8 @@ import logging
 import os
 import re
 import threading
-from pathlib import Path
 from ctypes import POINTER, c_bool, c_char_p, c_double, c_int, c_int64, c_size_t, c_uint, c_uint32, c_uint64, c_void_p
+from pathlib import Path
 from typing import Any
 
 from ..server.discovery import TritonLibrary, find_triton_library

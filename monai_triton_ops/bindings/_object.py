@@ -76,7 +76,8 @@ class TritonObject:
 
     _c_delete: ClassVar[str | None] = None
     """Name of the C function that deletes the struct (``None``: Python never deletes it)."""
-    _lent_by: ClassVar[str] = "Triton"
+    _lent_by = "Triton"
+    """What took the object, for the error message (instances set their own)."""
 
     def __init__(self, pointer: int, *, state: State = State.OWNED) -> None:
         if not pointer:

@@ -55,8 +55,19 @@ ResponseFn = Callable[["TRITONSERVER_InferenceResponse | None", TRITONSERVER_Res
 class _Flight:
     """One inference of a request: from ``infer_async`` to release + FINAL; what its callbacks use."""
 
-    __slots__ = ("allocator", "allocator_user_object", "errors", "final", "future", "lock", "released")
-    __slots__ += ("release_fn", "release_user_object", "response_fn", "response_user_object")
+    __slots__ = (
+        "allocator",
+        "allocator_user_object",
+        "errors",
+        "final",
+        "future",
+        "lock",
+        "release_fn",
+        "release_user_object",
+        "released",
+        "response_fn",
+        "response_user_object",
+    )
 
     def __init__(self, request: TRITONSERVER_InferenceRequest) -> None:
         self.future: concurrent.futures.Future[None] = concurrent.futures.Future()
@@ -86,6 +97,7 @@ class TRITONSERVER_InferenceRequest(TritonObject):
     _lent_by = "TRITONSERVER_ServerInferAsync"
 
     def __init__(self, server: TRITONSERVER_Server, model_name: str, model_version: int = -1) -> None:
+        server._refuse_if_stopping()
         out = ctypes.c_void_p()
         lib().TRITONSERVER_InferenceRequestNew(ctypes.byref(out), server._ptr(), model_name.encode(), model_version)
         super().__init__(out.value or 0)
@@ -366,10 +378,10 @@ def buffer_address(data: Any, name: str) -> tuple[int, int]:
     return (int(array.ctypes.data) if array.size else 0), int(array.nbytes)
 
 
-def _get(function: Any, pointer: int, c_type: Any) -> Any:
+def _get(function: Any, pointer: int, c_type: Any) -> int:
     value = c_type()
     function(pointer, ctypes.byref(value))
-    return value.value
+    return int(value.value)
 
 
 def _get_str(function: Any, pointer: int) -> str:

@@ -174,8 +174,9 @@ class TRITONSERVER_InferenceResponse(TritonObject):
             return owner[: out.byte_size].view(dtype).reshape(out.shape)
         if out.memory_type is TRITONSERVER_MemoryType.GPU:
             raise UnsupportedError(f"output {out.name!r} is in GPU memory: read it with output_tensor()")
-        raw = (ctypes.c_char * out.byte_size).from_address(out.base)
-        return np.frombuffer(raw, dtype=dtype).reshape(out.shape).copy()
+        raw = memoryview((ctypes.c_char * out.byte_size).from_address(out.base)).cast("B")
+        copied: np.ndarray[Any, Any] = np.frombuffer(raw, dtype=dtype).reshape(out.shape).copy()
+        return copied
 
     def output_tensor(self, index: int) -> torch.Tensor:
         """Output ``index`` as a torch tensor: the allocator's own tensor when it made one (no copy)."""

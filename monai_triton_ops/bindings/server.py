@@ -146,7 +146,7 @@ class TRITONSERVER_Server(TritonObject):
     def register_model_repository(
         self, repository_path: str | os.PathLike[str], name_mapping: Sequence[TRITONSERVER_Parameter] = ()
     ) -> None:
-        """Add a repository; each ``name_mapping`` parameter maps a model folder (its name) to a model name (its value)."""
+        """Add a repository; each ``name_mapping`` parameter maps a model folder (its name) to a model name (value)."""
         mapping = parameter_array(list(name_mapping))
         lib().TRITONSERVER_ServerRegisterModelRepository(
             self._ptr(), os.fsencode(repository_path), mapping, len(name_mapping)
@@ -247,8 +247,7 @@ class TRITONSERVER_Server(TritonObject):
         still owns the request and the trace.
         """
         server = self._ptr()
-        if self._stopping:
-            raise UnavailableError("TRITONSERVER_Server is stopping: no new requests")
+        self._refuse_if_stopping()
         if request.server is not self:
             raise OwnershipError("TRITONSERVER_InferenceRequest was created for another TRITONSERVER_Server")
         flight = request._lend()
@@ -271,6 +270,11 @@ class TRITONSERVER_Server(TritonObject):
         return flight.future
 
     # -- bookkeeping used by requests and responses ---------------------------------------------------------
+    def _refuse_if_stopping(self) -> None:
+        self._ptr()
+        if self._stopping:
+            raise UnavailableError("TRITONSERVER_Server is stopping: it takes no new requests")
+
     def _adopt(self, child: Any) -> None:
         self._children.add(child)
 

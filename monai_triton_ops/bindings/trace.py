@@ -22,6 +22,7 @@ from ._library import lib
 from ._object import State, TritonObject, drop_handle, handle_object, new_handle
 from .enums import TRITONSERVER_DataType, TRITONSERVER_InferenceTraceActivity, TRITONSERVER_InferenceTraceLevel
 from .enums import TRITONSERVER_MemoryType as MemoryType
+from .error import OwnershipError
 
 if TYPE_CHECKING:
     from .request import _Flight
@@ -175,7 +176,7 @@ class TRITONSERVER_InferenceTrace(TritonObject):
     def _lend(self, flight: _Flight) -> int:
         pointer = self._ptr()
         if self._state is not State.OWNED:
-            raise TypeError("a borrowed TRITONSERVER_InferenceTrace cannot be passed to infer_async")
+            raise OwnershipError("a borrowed TRITONSERVER_InferenceTrace cannot be passed to infer_async")
         self._family.lent[pointer] = self
         self._family.flight = flight
         self._state = State.LENT

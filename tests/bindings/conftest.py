@@ -63,28 +63,30 @@ def _counting(name: str, function: Any) -> Callable[..., Any]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the coverage check last; it knows whether every binding test was selected."""
-    here = Path(__file__).parent
-    ours = [item for item in items if Path(str(item.fspath)).is_relative_to(here)]
-    last = [item for item in ours if item.name == COVERAGE_TEST]
+    """Run the coverage check last."""
+    last = [item for item in items if item.name == COVERAGE_TEST]
     for item in last:
         items.remove(item)
         items.append(item)
-    config.stash[_SELECTED] = len(ours)
 
 
-_SELECTED = pytest.StashKey[int]()
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    """A binding test left out (``-k``, ``--deselect``) makes the coverage check meaningless."""
+    here = Path(__file__).parent
+    if any(Path(str(item.fspath)).is_relative_to(here) for item in items):
+        _PARTIAL.append(True)
+
+
+_PARTIAL: list[bool] = []
 
 
 @pytest.fixture
-def selected_binding_tests(request: pytest.FixtureRequest) -> int:
-    return request.config.stash.get(_SELECTED, 0)
+def partial_run() -> bool:
+    return bool(_PARTIAL)
 
 
 @pytest.fixture(scope="module")
-def make_server(
-    triton_library: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Callable[..., Started]]:
+def make_server(triton_library: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Started]]:
     """``make_server(repo, models=..., **options)``: started servers, deleted and checked at module end."""
     started: list[Started] = []
 
@@ -98,7 +100,9 @@ def make_server(
         stop_server(server)
 
 
-def run_case(code: str, *, timeout_s: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_case(
+    code: str, *, timeout_s: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter (a crash fails the test, not the suite); it must exit 0."""
     prelude = "import sys\nsys.path.insert(0, %r)\nfrom tests.bindings.harness import light_import\nlight_import()\n"
     script = prelude % str(REPO_ROOT) + textwrap.dedent(code)
@@ -111,5 +115,7 @@ def run_case(code: str, *, timeout_s: float = 120, env: dict[str, str] | None = 
         env=env,
         check=False,
     )
-    assert result.returncode == 0, f"case exited {result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+    assert result.returncode == 0, (
+        f"case exited {result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+    )
     return result

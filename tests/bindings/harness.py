@@ -47,7 +47,8 @@ class Started:
     workdir: Path
     log_path: Path
     shm_prefix: str
-    saved_environ: dict[str, str] = field(default_factory=dict)
+    saved_environ: dict[str, str] | None = None
+    """The environment before ``start_server`` changed it (restored by ``stop_server``)."""
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -101,8 +102,9 @@ def stop_server(started: Started, *, check: bool = True) -> None:
             assert gone, f"stub processes left: {stub_pids(started.shm_prefix)}"
             assert not shm_regions(started.shm_prefix), f"shared memory left: {shm_regions(started.shm_prefix)}"
     finally:
-        os.environ.clear()
-        os.environ.update(started.saved_environ)
+        if started.saved_environ is not None:
+            os.environ.clear()
+            os.environ.update(started.saved_environ)
         shutil.rmtree(started.workdir / "backends", ignore_errors=True)
 
 

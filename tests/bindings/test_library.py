@@ -47,7 +47,8 @@ def test_wheel_is_the_last_resort(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     found = discovery.find_triton_library(environ={})
     assert found.source == "nvidia-pytriton"
     assert found.path.name.startswith("libtritonserver")
-    assert found.install is not None and found.install.stub_path is not None
+    assert found.install is not None
+    assert found.install.stub_path is not None
     monkeypatch.setattr(discovery, "_wheel_home", lambda: None)
     with pytest.raises(ServerNotFoundError, match="pip install --no-deps nvidia-pytriton"):
         discovery.find_triton_library(environ={})
@@ -160,7 +161,8 @@ def test_an_exception_becomes_an_error_with_its_text(triton_library: Any) -> Non
 
     exc = read_error(new_error(KeyError("OUTPUT__9")), owned=True)
     assert isinstance(exc, b.UnknownError)
-    assert "KeyError" in str(exc) and "OUTPUT__9" in str(exc)
+    assert "KeyError" in str(exc)
+    assert "OUTPUT__9" in str(exc)
     assert isinstance(read_error(new_error(b.UnavailableError("busy")), owned=True), b.UnavailableError)
 
 

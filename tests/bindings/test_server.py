@@ -39,10 +39,12 @@ def server(started: Started) -> Any:
 
 
 def test_server_state_and_metadata(server: Any) -> None:
-    assert server.is_live() and server.is_ready()
+    assert server.is_live()
+    assert server.is_ready()
     metadata = server.metadata().json()
     assert (metadata["name"], metadata["version"]) == ("triton", "2.51.0")
-    assert server.model_is_ready("passthrough") and server.model_is_ready("passthrough", 1)
+    assert server.model_is_ready("passthrough")
+    assert server.model_is_ready("passthrough", 1)
     assert not server.model_is_ready("other")  # in the repository, not loaded (explicit model control)
 
 
@@ -113,7 +115,9 @@ def test_load_with_parameters_and_unload(server: Any) -> None:
     server.load_model_with_parameters("other", [b.TRITONSERVER_Parameter("config", json.dumps(config))])
     assert server.model_is_ready("other")
     assert server.model_config("other").json()["parameters"]["note"]["string_value"].startswith("loaded")
-    np.testing.assert_array_equal(infer(server, "other", {"INPUT__0": np.arange(3, dtype=np.float32)})["OUTPUT__0"], [0, 1, 2])
+    np.testing.assert_array_equal(
+        infer(server, "other", {"INPUT__0": np.arange(3, dtype=np.float32)})["OUTPUT__0"], [0, 1, 2]
+    )
     server.unload_model("other")
     _wait_unloaded(server, "other")
     server.load_model("other")

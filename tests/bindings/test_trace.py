@@ -42,7 +42,9 @@ class Recorder:
         self.activities.append((activity, timestamp_ns))
         self.seen.update(model=trace.model_name, version=trace.model_version, request=trace.request_id, id=trace.id)
 
-    def tensor(self, trace: Any, activity: Activity, name: str, datatype: Any, data: bytes, shape: Any, *rest: Any) -> None:
+    def tensor(
+        self, trace: Any, activity: Activity, name: str, datatype: Any, data: bytes, shape: Any, *rest: Any
+    ) -> None:
         self.tensors.append((activity, name, data, shape))
 
     def release(self, trace: Any, user: Any) -> None:
@@ -74,12 +76,15 @@ def test_activities_arrive_in_order_with_timestamps(server: Any) -> None:
     kinds = [activity for activity, _ in recorder.activities]
     for expected in (Activity.REQUEST_START, Activity.QUEUE_START, Activity.COMPUTE_START, Activity.COMPUTE_END):
         assert expected in kinds
-    assert kinds[0] is Activity.REQUEST_START and kinds[-1] is Activity.REQUEST_END
+    assert kinds[0] is Activity.REQUEST_START
+    assert kinds[-1] is Activity.REQUEST_END
     stamps = [stamp for _, stamp in recorder.activities]
-    assert stamps == sorted(stamps) and stamps[0] > 0
+    assert stamps == sorted(stamps)
+    assert stamps[0] > 0
     assert recorder.seen == {"model": "passthrough", "version": 1, "request": "traced", "id": trace_id}
     assert recorder.released == [b.State.OWNED]  # handed back to Python: the binding deletes it once
-    assert trace.owner_state is b.State.OWNED and trace.parent_id == 0
+    assert trace.owner_state is b.State.OWNED
+    assert trace.parent_id == 0
 
 
 def test_tensor_activities_carry_the_input(server: Any) -> None:
@@ -105,7 +110,8 @@ def test_custom_activity_context_and_child_traces(server: Any) -> None:
     trace.report_activity(123, "my_step")
     assert recorder.activities == [(Activity.CUSTOM_ACTIVITY, 123)]
     child = trace.spawn_child_trace()
-    assert child.parent_id == trace.id and child.id != trace.id
+    assert child.parent_id == trace.id
+    assert child.id != trace.id
     _run(server, child, np.ones(2, np.float32))
     _wait(lambda: bool(recorder.released))
     child.delete()
@@ -117,12 +123,15 @@ def test_custom_activity_context_and_child_traces(server: Any) -> None:
 def test_a_failed_submission_gives_the_trace_back_once(server: Any) -> None:
     before = b.live_handles()
     recorder = Recorder()
-    trace = b.TRITONSERVER_InferenceTrace(b.TRITONSERVER_InferenceTraceLevel.TIMESTAMPS, 0, recorder.activity, recorder.release)
+    trace = b.TRITONSERVER_InferenceTrace(
+        b.TRITONSERVER_InferenceTraceLevel.TIMESTAMPS, 0, recorder.activity, recorder.release
+    )
     request = make_request(server, "passthrough", {"INPUT__0": np.ones(2, np.int64)})  # wrong dtype
     request.set_response_callback(b.ArrayAllocator(), None, lambda *_: None)
     with pytest.raises(b.InvalidArgumentError):
         server.infer_async(request, trace)
-    assert trace.owner_state is b.State.OWNED and request.owner_state is b.State.OWNED
+    assert trace.owner_state is b.State.OWNED
+    assert request.owner_state is b.State.OWNED
     assert len(recorder.released) <= 1
     trace.delete()
     request.delete()
