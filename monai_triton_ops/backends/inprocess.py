@@ -142,8 +142,8 @@ class InProcessBackend(BaseBackend):
 
         version, version_dir = layout.resolve_version(self._repository, self.model_name, self.version)
         entry = local_entry(self._repository, self.model_name)
-        path = layout.model_file(version_dir, self.model_name, entry.model_filename)
-        signature = entry.signature(version, path=path)
+        # Triton loads whatever the config names (model.py, model.pt, ...); the file is read only without a config.
+        signature = entry.signature(version, path=version_dir / entry.model_filename)
         _refuse_bytes_in_a_numpy2_stub(signature, entry)
         options = cast(TritonOptions, self.options)
         self._server = shared_server.acquire(options.server_settings(), self._repository, self.model_name, self)
@@ -186,6 +186,7 @@ class InProcessBackend(BaseBackend):
     ) -> None:
         with self._pending_lock:
             self._pending.pop(key, None)
+        _delete(pending.request)  # a request left alive holds its model: unloading would wait on it
         error = landed.exception()
         if error is None:
             result.set_result(pending.outputs)
@@ -231,6 +232,13 @@ def _refuse_bytes_in_a_numpy2_stub(signature: ModelSignature, entry: LocalEntry)
         )
 
 
+def _delete(request: bindings.TRITONSERVER_InferenceRequest) -> None:
+    from .. import bindings as b
+
+    if request.owner_state is b.State.OWNED:
+        request.delete()
+
+
 def _input_data(spec: TensorSpec, value: ArrayLike) -> Any:
     """What the request holds for one input: a contiguous CPU array or tensor, BYTES serialized."""
     if spec.dtype == "BYTES":
@@ -269,7 +277,7 @@ def serialize_bytes(array: np.ndarray) -> bytes:
 
 def deserialize_bytes(buffer: Any, byte_size: int, shape: tuple[int, ...]) -> np.ndarray:
     """The inverse of :func:`serialize_bytes`: an object array of ``bytes`` shaped ``shape``."""
-    raw = memoryview(np.asarray(buffer, dtype=np.uint8)[:byte_size]).tobytes() if byte_size else b""
+    raw = np.asarray(buffer, dtype=np.uint8)[:byte_size].tobytes() if byte_size else b""
     items, offset = [], 0
     while offset < len(raw):
         (length,) = struct.unpack_from("<I", raw, offset)

@@ -27,7 +27,7 @@ import threading
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from ..errors import BackendUnavailableError, ConfigError, ModelLoadError, ServerNotFoundError
 from ..server.environment import (
@@ -174,7 +174,7 @@ class _Process:
     lock = threading.RLock()
     server: SharedServer | None = None
     holders = 0
-    open_backends: weakref.WeakSet[Closable] = weakref.WeakSet()
+    open_backends: ClassVar[weakref.WeakSet[Closable]] = weakref.WeakSet()
     atexit_registered = False
 
 
