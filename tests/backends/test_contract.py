@@ -421,8 +421,15 @@ def test_close_with_requests_in_flight_ends_every_future(factory: Factory) -> No
     backend.close(timeout_s=took / 10)
     assert all(f.done() for f in futures)  # none left hanging
     errors = [f.exception(timeout=0) for f in futures]
-    assert all(isinstance(e, BackendStateError) for e in errors), errors  # cut off, not waited for
-    assert "closed after waiting" in str(errors[0])
+    # A request may finish inside the deadline (a loaded machine delays close() after the submits); every other
+    # one is cut off, and the last (queued behind two runs of `took`) always is.
+    for future, error in zip(futures, errors, strict=True):
+        if error is None:
+            np.testing.assert_array_equal(next(iter(future.result(timeout=0).values())), _slow(STEPS))
+        else:
+            assert isinstance(error, BackendStateError), errors
+            assert "closed after waiting" in str(error)
+    assert errors[-1] is not None
     assert backend.state is BackendState.CLOSED
     with pytest.raises(BackendStateError):
         backend.infer({"x": _slow(1)})
