@@ -34,9 +34,6 @@ from .. import triton_models
 
 pytestmark = [
     pytest.mark.triton,
-    pytest.mark.skip(
-        reason="WIP: the module hangs on this 2-core machine after the reopen test; see the issue 11 report"
-    ),
 ]
 ROOT = Path(__file__).resolve().parents[2]
 DTYPES = ("TYPE_FP32", "TYPE_INT64", "TYPE_UINT8", "TYPE_BOOL", "TYPE_FP16", "TYPE_INT32")
