@@ -18,6 +18,9 @@ from pathlib import Path
 
 #: (name, Triton config dtype such as "TYPE_FP32", dims with -1 for dynamic)
 Tensor = tuple[str, str, Sequence[int]]
+#: The one-input one-output FP32 vector that most presets take and return.
+FP32_IN: list[Tensor] = [("INPUT__0", "TYPE_FP32", (-1,))]
+FP32_OUT: list[Tensor] = [("OUTPUT__0", "TYPE_FP32", (-1,))]
 
 _MODEL_PY = """\
 import json
@@ -147,8 +150,8 @@ def raising(repo: Path, name: str = "raising", *, message: str = "deliberate mod
     return write_python_model(
         repo,
         name,
-        inputs=[("INPUT__0", "TYPE_FP32", (-1,))],
-        outputs=[("OUTPUT__0", "TYPE_FP32", (-1,))],
+        inputs=FP32_IN,
+        outputs=FP32_OUT,
         execute=f"responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError({message!r})))\n",
     )
 
@@ -158,8 +161,8 @@ def crashing(repo: Path, name: str = "crashing") -> Path:
     return write_python_model(
         repo,
         name,
-        inputs=[("INPUT__0", "TYPE_FP32", (-1,))],
-        outputs=[("OUTPUT__0", "TYPE_FP32", (-1,))],
+        inputs=FP32_IN,
+        outputs=FP32_OUT,
         execute=(
             'x = get(request, "INPUT__0")\n'
             "if x.numel() and float(x.reshape(-1)[0]) < 0:\n"
@@ -174,7 +177,7 @@ def empty_output(repo: Path, name: str = "empty_output") -> Path:
     return write_python_model(
         repo,
         name,
-        inputs=[("INPUT__0", "TYPE_FP32", (-1,))],
+        inputs=FP32_IN,
         outputs=[("OUTPUT__0", "TYPE_FP32", (-1,)), ("EMPTY", "TYPE_FP32", (-1, 4))],
         execute=(
             'x = get(request, "INPUT__0")\n'
@@ -190,7 +193,7 @@ def dynamic_output(repo: Path, name: str = "dynamic_output") -> Path:
         repo,
         name,
         inputs=[("SIZE", "TYPE_INT64", (1,))],
-        outputs=[("OUTPUT__0", "TYPE_FP32", (-1,))],
+        outputs=FP32_OUT,
         execute=(
             'n = int(get(request, "SIZE")[0])\n'
             'outs = [put("OUTPUT__0", torch.arange(n, dtype=torch.float32))]\n'
@@ -204,8 +207,8 @@ def decoupled_final_only(repo: Path, name: str = "decoupled_final_only") -> Path
     return write_python_model(
         repo,
         name,
-        inputs=[("INPUT__0", "TYPE_FP32", (-1,))],
-        outputs=[("OUTPUT__0", "TYPE_FP32", (-1,))],
+        inputs=FP32_IN,
+        outputs=FP32_OUT,
         execute=(
             "sender = request.get_response_sender()\nsender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)\n"
         ),
@@ -218,8 +221,8 @@ def guard_numpy(repo: Path, name: str = "guard_numpy") -> Path:
     return write_python_model(
         repo,
         name,
-        inputs=[("INPUT__0", "TYPE_FP32", (-1,))],
-        outputs=[("OUTPUT__0", "TYPE_FP32", (-1,))],
+        inputs=FP32_IN,
+        outputs=FP32_OUT,
         execute=(
             "import numpy as np\n"
             'x = get(request, "INPUT__0").numpy()\n'
@@ -253,8 +256,8 @@ def jitter(repo: Path, name: str = "jitter", *, low_s: float = 0.05, high_s: flo
     return write_python_model(
         repo,
         name,
-        inputs=[("INPUT__0", "TYPE_FP32", (-1,))],
-        outputs=[("OUTPUT__0", "TYPE_FP32", (-1,))],
+        inputs=FP32_IN,
+        outputs=FP32_OUT,
         execute=(
             "import random\n"
             f"time.sleep(random.uniform({low_s}, {high_s}))\n"
