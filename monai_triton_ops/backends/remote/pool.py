@@ -211,6 +211,7 @@ class RegionPool:
             except Exception as exc:  # most often "currently in use": the server still works on that request
                 logger.debug("region %s not released yet: %s", region.name, exc)
                 return False
+            region.forget_registration()
             region.close(unregister=False)
         with self._lock:
             self._quarantined.discard(slot)

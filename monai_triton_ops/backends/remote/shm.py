@@ -116,7 +116,12 @@ class SystemRegion:
         self.buffer[offset : offset + len(data)] = data
 
     def close(self, *, unregister: bool = True) -> None:
-        """Unregister (if asked and a server knows the region), unmap and unlink; idempotent; creator only."""
+        """Unregister (if asked and a server knows the region), unmap and unlink; idempotent; creator only.
+
+        A region the server may still hold (``unregister=False`` while announced, or an unregister that
+        failed: "currently in use" while a cut-off request still runs) stays with the janitor, which
+        unregisters it once this process is gone.
+        """
         if self._closed or os.getpid() != self.pid:
             return
         self._closed = True
@@ -127,13 +132,19 @@ class SystemRegion:
                 hook(self.name)
             except Exception as exc:  # the file goes anyway; the server keeps its mapping until it unregisters
                 logger.warning("could not unregister shared memory region %s: %s", self.name, exc)
-        if self.announced:
-            janitor.drop(self.name)
+            else:
+                self.forget_registration()
         mapping, self._mmap = self._mmap, None
         if mapping is not None:
             with contextlib.suppress(BufferError):  # a view still alive: the mapping goes with its last view
                 mapping.close()
         _unlink(self.name)
+
+    def forget_registration(self) -> None:
+        """The server no longer knows this region: the janitor need not unregister it."""
+        if self.announced:
+            self.announced = False
+            janitor.drop(self.name)
 
     def __repr__(self) -> str:
         return f"<SystemRegion {self.name} {self.byte_size} bytes{' closed' if self._closed else ''}>"

@@ -3,6 +3,8 @@
 ``loop``   open, print ``ready <regions>``, then infer until killed (the SIGTERM test)
 ``run``    open, 200 exact requests, print ``regions <names>``, close
 ``fork``   open, infer, fork: the child opens its own backend and infers, the parent infers again after it
+``stuck``  open, infer, then close while every unregister call fails (the server refusing "in use", which a
+           test cannot time for real), print ``closed <regions>`` and exit 0: the janitor must clean up
 """
 
 from __future__ import annotations
@@ -55,6 +57,17 @@ def main(mode: str, spec: str, model: str) -> int:
         alive = all((shm.SHM_DIR / name).exists() for name in mine)
         print("fork", os.waitstatus_to_exitcode(status), "parent regions intact" if alive else "parent regions gone")
         backend.close()
+        return 0
+    if mode == "stuck":
+        mine = shm.live_regions()
+        transport = backend._transport  # type: ignore[attr-defined]
+
+        def refuse(name: str, *, timeout_s: float) -> None:
+            raise RuntimeError(f"shared memory region '{name}' is currently in use (simulated)")
+
+        transport.unregister_system_shm = refuse
+        backend.close()
+        print("closed", json.dumps(mine), flush=True)
         return 0
     raise SystemExit(f"unknown mode {mode!r}")
 

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,6 +55,28 @@ def test_sigterm_mid_run_leaves_no_region_in_dev_shm_or_on_the_server(server: Lo
         child.kill()
         child.wait(timeout=30)
     assert not _files_of(child.pid)
+    # A region the dying process could not unregister (its last request still ran) is the janitor's: it
+    # unregisters it once the server lets go, within its 30 s.
+    deadline = time.monotonic() + 40
+    while registered_by_us(server, child.pid) and time.monotonic() < deadline:
+        time.sleep(0.25)
+    assert not registered_by_us(server, child.pid)
+
+
+@pytest.mark.parametrize("scheme", ["grpc", "http"])
+def test_a_region_the_server_would_not_let_go_is_unregistered_by_the_janitor_after_exit(
+    server: LocalTritonServer, scheme: str
+) -> None:
+    spec = (server.grpc_url if scheme == "grpc" else server.http_url) + "?shared_memory=system"
+    child = _child("stuck", spec)
+    out, err = child.communicate(timeout=300)
+    assert child.returncode == 0, err[-3000:]
+    regions = json.loads(out.split("closed ", 1)[1])
+    assert regions
+    assert not _files_of(child.pid)  # the files go at close whatever the server says
+    deadline = time.monotonic() + 40
+    while registered_by_us(server, child.pid) and time.monotonic() < deadline:
+        time.sleep(0.25)
     assert not registered_by_us(server, child.pid)
 
 
