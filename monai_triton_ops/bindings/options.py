@@ -17,6 +17,9 @@ from .enums import (
 PathLike = str | os.PathLike[str]
 #: Triton's default exit timeout (``--exit-timeout-secs``).
 DEFAULT_EXIT_TIMEOUT_S = 30
+#: ``--model-load-retry-count`` and ``--enable-peer-access`` defaults of the tritonserver program.
+DEFAULT_MODEL_LOAD_RETRY_COUNT = 0
+DEFAULT_ENABLE_PEER_ACCESS = True
 
 
 def _s(value: str | os.PathLike[str]) -> bytes:
@@ -34,6 +37,11 @@ class TRITONSERVER_ServerOptions(TritonObject):
         super().__init__(out.value or 0)
         self.exit_timeout_s = DEFAULT_EXIT_TIMEOUT_S
         """What ``set_exit_timeout`` set (the C API has no getters): the server waits this long at stop."""
+        # Triton 2.51's options constructor leaves these two fields uninitialised (the tritonserver program
+        # always sets them from its command line): heap garbage made a failed load retry millions of times.
+        # Set them to the program's defaults; the setters below may change them.
+        self.set_model_load_retry_count(DEFAULT_MODEL_LOAD_RETRY_COUNT)
+        self.set_enable_peer_access(DEFAULT_ENABLE_PEER_ACCESS)
 
     def _set(self, function: str, *args: object) -> TRITONSERVER_ServerOptions:
         getattr(lib(), f"TRITONSERVER_ServerOptions{function}")(self._ptr(), *args)

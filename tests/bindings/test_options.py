@@ -11,6 +11,7 @@ import pytest
 from monai_triton_ops import bindings as b
 
 from .. import triton_models
+from .conftest import run_case
 from .harness import Started, infer, stop_server
 
 pytestmark = pytest.mark.triton
@@ -66,3 +67,50 @@ def test_server_creation_errors_are_raised_by_code(triton_library: Any) -> None:
     options.set_cache_config("local", '{"size": "1048576"}')
     with pytest.raises(b.InvalidArgumentError, match="--model-repository must be specified"):
         b.TRITONSERVER_Server(options)
+
+
+def test_a_failed_load_is_tried_once_whatever_the_heap_held_before(triton_library: Any) -> None:
+    """2.51 leaves the retry count (and peer access) of new options uninitialised: heap garbage made a failed
+    load retry millions of times (a hang, and the log grew by 250 MB/s). The heap here is filled with a known
+    value first, so the garbage is 5 retries: the binding must set both fields itself."""
+    result = run_case(
+        """
+        import ctypes
+        from monai_triton_ops import bindings as b
+        from tests import triton_models
+        from tests.bindings.harness import case_server
+
+        libc = ctypes.CDLL(None)
+        libc.malloc.restype = ctypes.c_void_p
+        libc.malloc.argtypes = [ctypes.c_size_t]
+        libc.free.argtypes = [ctypes.c_void_p]
+
+        def spray():  # freed chunks of every size the options object may take, each word holding 5
+            blocks = [libc.malloc(size) for size in range(32, 4096, 16)]
+            for block, size in zip(blocks, range(32, 4096, 16)):
+                ctypes.memmove(block, (5).to_bytes(4, "little") * (size // 4), size // 4 * 4)
+            for block in blocks:
+                libc.free(block)
+
+        def build(repo):
+            triton_models.passthrough(repo, "broken")
+            config = repo / "broken" / "config.pbtxt"
+            config.write_text(config.read_text().replace('backend: "python"', 'backend: "no_such_backend"'))
+
+        real_new = b.TRITONSERVER_ServerOptions.__init__
+        def sprayed_new(self):
+            spray()
+            real_new(self)
+        b.TRITONSERVER_ServerOptions.__init__ = sprayed_new
+        with case_server(build, ()) as started:
+            try:
+                started.server.load_model("broken")
+            except b.TritonError as exc:
+                print("error", type(exc).__name__)
+            print("attempts", started.log().count("failed to load 'broken' version 1"))
+        """,
+        timeout_s=120,
+    )
+    lines = dict(line.split(" ", 1) for line in result.stdout.splitlines())
+    assert lines["error"] == "InvalidArgumentError"
+    assert lines["attempts"] == "1", result.stdout
