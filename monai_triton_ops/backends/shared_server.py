@@ -7,9 +7,12 @@ when its first backend opens and unloaded when its last one closes, so the app r
 it opened from a repository that may hold many.
 
 Around the server, exactly what the local server launcher sets up (``server.environment``, one helper):
-a backend folder holding the Python backend and its stub, the stub's ``LD_LIBRARY_PATH`` and ``PATH``
-(set in this process's environment, which the stubs inherit, and restored at stop), and a shared-memory
-prefix of our own so leftovers of a killed process can be told apart and removed.
+a backend folder holding the Python backend and its stub, the stub's environment (``LD_LIBRARY_PATH``,
+``PATH``, ``OMP_WAIT_POLICY``: set in this process's environment, which the stubs inherit, and restored
+at stop), a shared-memory prefix of our own so leftovers of a killed process can be told apart and
+removed, and a symlink mirror of each repository in the server's temporary folder (``server.mirror``):
+the stubs' isolated interpreters ignore ``PYTHONDONTWRITEBYTECODE`` and would write ``__pycache__``
+into the user's repository. A model's folder is mirrored anew each time it loads.
 
 At interpreter exit, backends still open are closed (requests drained up to their close deadline)
 and the server is deleted before Python finalizes, so no Triton thread calls back into a finalizing
@@ -37,14 +40,17 @@ from ..server.environment import (
     server_environment,
     shm_prefix,
 )
+from ..server.mirror import mirror_repository
 
 if TYPE_CHECKING:
     from ..bindings import TRITONSERVER_ServerOptions
 
 logger = logging.getLogger(__name__)
 
-#: Environment variables the stub needs, set in this process while the server runs.
-_STUB_ENVIRON = ("LD_LIBRARY_PATH", "PATH")
+#: Environment variables the stubs inherit, set in this process while the server runs: the library and Python
+#: paths, and OpenMP threads that sleep between requests (spinning, they take the cores this very process
+#: needs for its own work between requests).
+_STUB_ENVIRON = ("LD_LIBRARY_PATH", "PATH", "OMP_WAIT_POLICY")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +82,7 @@ class SharedServer:
                 "TRITONSERVER_HOME to the install folder, or install nvidia-pytriton"
             )
         self.settings = settings
-        self.repositories = [repository]
+        self.repositories: dict[Path, Path] = {}  # the user's repository -> the mirror the server reads
         self.models: dict[str, int] = {}
         self.shm_prefix = shm_prefix()
         self._workdir = Path(tempfile.mkdtemp(prefix="monai_triton_inprocess_"))
@@ -86,7 +92,7 @@ class SharedServer:
             stub_env = server_environment(library.install)
             os.environ.update({key: stub_env[key] for key in _STUB_ENVIRON})
             backends = assemble_backend_dir(library.install, self._workdir / "backends")
-            options = self._options(backends, repository)
+            options = self._options(backends, self._mirror(repository))
             try:
                 self.server = b.TRITONSERVER_Server(options)
             finally:
@@ -120,15 +126,28 @@ class SharedServer:
             options.set_model_load_thread_count(s.model_load_thread_count)
         return options
 
+    def _mirror(self, repository: Path) -> Path:
+        """A symlink mirror of ``repository`` for the server: the stubs' ``__pycache__`` lands there, not in it."""
+        mirror = mirror_repository(repository, self._workdir / "repositories" / str(len(self.repositories)))
+        self.repositories[repository] = mirror
+        return mirror
+
+    def _refresh(self, name: str, repository: Path) -> None:
+        """Mirror the model's folder anew before it loads: files added or removed since are seen."""
+        mirrored = self.repositories[repository] / name
+        shutil.rmtree(mirrored, ignore_errors=True)
+        if (repository / name).is_dir():
+            mirror_repository(repository / name, mirrored)
+
     # -- models (called under the module lock) -----------------------------------------------------
     def add_model(self, name: str, repository: Path) -> None:
         """Load ``name`` unless a backend already holds it; a new repository is registered first."""
         from .. import bindings as b
 
         if repository not in self.repositories:
-            self.server.register_model_repository(repository)
-            self.repositories.append(repository)
+            self.server.register_model_repository(self._mirror(repository))
         if self.models.get(name, 0) == 0:
+            self._refresh(name, repository)
             try:
                 self.server.load_model(name)
             except b.TritonError as exc:

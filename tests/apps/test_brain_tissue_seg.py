@@ -142,6 +142,31 @@ def test_on_a_local_triton_the_app_writes_the_same_labels(
 
 
 @pytest.mark.triton
+@pytest.mark.parametrize("how", ["backend_option_dicom", "environment_nifti"])
+def test_on_the_in_process_triton_the_app_writes_the_same_labels(
+    how: str, nifti_run: Path, sample_data: Path, tmp_path: Path
+) -> None:
+    """``--backend triton`` (DICOM in) and ``MONAI_TRITON_BACKEND=triton`` (NIfTI in): Triton inside the app."""
+    import os
+
+    source = sample_data / "dicom" if how.endswith("dicom") else sample_data / "t1.nii.gz"
+    command = [sys.executable, str(APP), "-i", str(source), "-o", str(tmp_path), "-m", str(REPO), "-l", "WARN"]
+    env = {**os.environ, "MONAI_TRITON_BACKEND": "torch"}  # the option must win over the environment
+    if how.startswith("backend_option"):
+        command += ["--backend", "triton"]
+    else:
+        env["MONAI_TRITON_BACKEND"] = "triton"
+    app = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    _, err = app.communicate(timeout=900)
+    assert app.returncode == 0, err[-3000:]
+    labels = nib.as_closest_canonical(nib.load(tmp_path / "seg.nii.gz"))
+    reference = nib.as_closest_canonical(nib.load(nifti_run / "seg.nii.gz"))
+    np.testing.assert_array_equal(np.asarray(labels.dataobj), np.asarray(reference.dataobj))
+    assert not list(Path("/dev/shm").glob(f"monai_triton_{app.pid}_*")), "the in-process server left shared memory"
+    assert not list(REPO.rglob("__pycache__")), "the in-process server wrote into the model repository"
+
+
+@pytest.mark.triton
 def test_sigterm_mid_run_on_a_local_triton_leaves_no_shared_memory(sample_data: Path, tmp_path: Path) -> None:
     """Holoscan handles SIGTERM itself and leaves from C++ (no Python atexit): the janitor process cleans up."""
     import signal

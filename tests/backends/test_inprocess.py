@@ -174,6 +174,14 @@ def test_a_model_that_fails_to_load_gives_tritons_own_message_at_once(repo: Path
         np.testing.assert_array_equal(out, np.ones(3, np.float32))
 
 
+def test_the_repository_is_left_as_it_was(repo: Path, tmp_path: Path) -> None:
+    fresh = triton_models.passthrough(tmp_path / "repo", "fresh")
+    before = sorted(p.relative_to(fresh) for p in fresh.rglob("*"))
+    with open_backend(fresh, "fresh") as backend:
+        backend.infer({"INPUT__0": np.ones(4, np.float32)})
+    assert sorted(p.relative_to(fresh) for p in fresh.rglob("*")) == before  # no __pycache__ beside model.py
+
+
 def test_options_are_typed_from_the_spec_and_the_server_runs_with_one_set(repo: Path) -> None:
     backend = create_backend(
         "triton?log_verbose=1&exit_timeout_s=5&shm_default_byte_size=2097152&backend_config=python:a=1,python:b=2",
