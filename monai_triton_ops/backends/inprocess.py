@@ -5,8 +5,10 @@ here unchanged: same ``config.pbtxt``, same Triton scheduler, dynamic batcher an
 server and no network hop. Every backend of the process shares one server (``shared_server``).
 
 A request goes to ``TRITONSERVER_ServerInferAsync``; the response callback reads the outputs, which the
-binding's ``ArrayAllocator`` wrote straight into fresh numpy arrays: those very arrays go to the caller
-(no copy, never reused, so they follow the contract's ownership rule). The binding's future completes
+binding's ``ArrayAllocator`` had Triton write straight into buffers lent by this backend's pool
+(``leases``): views of those very buffers go to the caller, without a copy, and a buffer is reused only
+once the caller has dropped every array of it (the contract's ownership rule; fresh memory per output
+cost more than the copy it saves: the kernel zeroes every new page). The binding's future completes
 once Triton has released the request and delivered its FINAL response; this backend's future follows it.
 A deadline cancels the request in Triton, best effort (a Python-backend model already executing runs on).
 
@@ -35,6 +37,7 @@ from ..signature import ModelSignature, TensorSpec
 from . import shared_server
 from .arrays import ArrayLike, as_numpy
 from .base import BaseBackend, InferRequest
+from .leases import BufferPool
 from .options import BackendOptions
 
 if TYPE_CHECKING:
@@ -129,6 +132,7 @@ class InProcessBackend(BaseBackend):
         self._allocator: bindings.ArrayAllocator | None = None
         self._pending: dict[int, _Pending] = {}
         self._pending_lock = threading.Lock()
+        self._buffers = BufferPool()
 
     @property
     def server(self) -> shared_server.SharedServer:
@@ -147,7 +151,7 @@ class InProcessBackend(BaseBackend):
         _refuse_bytes_in_a_numpy2_stub(signature, entry)
         options = cast(TritonOptions, self.options)
         self._server = shared_server.acquire(options.server_settings(), self._repository, self.model_name, self)
-        self._allocator = b.ArrayAllocator("numpy")
+        self._allocator = b.ArrayAllocator("numpy", buffers=self._buffers.lend)
         logger.info("model %r loaded in the in-process Triton server", self.model_name)
         return signature
 
@@ -187,9 +191,12 @@ class InProcessBackend(BaseBackend):
         with self._pending_lock:
             self._pending.pop(key, None)
         _delete(pending.request)  # a request left alive holds its model: unloading would wait on it
+        # The request keeps ``pending`` as its callback's object (a cycle until the garbage collector runs):
+        # the outputs must not stay with it, or their lent buffers would come back only then.
+        outputs, pending.outputs = pending.outputs, {}
         error = landed.exception()
         if error is None:
-            result.set_result(pending.outputs)
+            result.set_result(outputs)
         else:
             result.set_exception(self._error(error))
 
@@ -211,6 +218,7 @@ class InProcessBackend(BaseBackend):
             pending.request.cancel()
 
     def _close(self) -> None:
+        self._buffers.clear()  # results still held by callers keep their own buffers
         if self._server is not None:
             self._server = None
             shared_server.release(self.model_name, self)

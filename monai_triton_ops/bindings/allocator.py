@@ -275,7 +275,8 @@ ArrayKind = Literal["numpy", "torch"]
 
 
 class ArrayAllocator(TRITONSERVER_ResponseAllocator):
-    """Each output lands in a fresh array that the caller keeps: numpy (CPU) or torch (CPU, or GPU on request).
+    """Each output lands in a fresh array that the caller keeps: numpy (CPU) or torch (CPU, or GPU on request),
+    or in a numpy buffer from ``buffers`` (the caller's own pool).
 
     ``TRITONSERVER_InferenceResponse.output_array`` / ``output_tensor`` return that very array, viewed with the
     output's dtype and shape: no copy, and no memory the allocator reuses. ``kind="torch"`` with
@@ -284,13 +285,20 @@ class ArrayAllocator(TRITONSERVER_ResponseAllocator):
     actual memory type reported to Triton is CPU whatever it preferred.
     """
 
-    def __init__(self, kind: ArrayKind = "numpy", *, gpu: bool = False) -> None:
+    def __init__(
+        self, kind: ArrayKind = "numpy", *, gpu: bool = False, buffers: Callable[[int], np.ndarray] | None = None
+    ) -> None:
         if kind not in ("numpy", "torch"):
             raise ValueError(f"ArrayAllocator kind must be 'numpy' or 'torch', got {kind!r}")
         if gpu and kind != "torch":
             raise ValueError("ArrayAllocator(gpu=True) needs kind='torch'")
+        if buffers is not None and kind != "numpy":
+            raise ValueError("ArrayAllocator(buffers=...) hands out numpy arrays: it needs kind='numpy'")
         self.kind: ArrayKind = kind
         self.gpu = gpu
+        self.buffers = buffers
+        """``buffers(byte_size)``: where numpy outputs go instead of a fresh ``np.empty`` (a contiguous uint8
+        array of at least ``byte_size`` bytes that nobody else writes while the output lives, e.g. a pool)."""
         super().__init__(_alloc_array, None)
         self.set_query_function(_query_array)
 
@@ -307,7 +315,9 @@ def _alloc_array(
         return 0, None, TRITONSERVER_MemoryType.CPU, 0
     assert isinstance(allocator, ArrayAllocator)  # noqa: S101 - only ArrayAllocator registers this function
     if allocator.kind == "numpy":
-        array = np.empty(byte_size, dtype=np.uint8)
+        array = np.empty(byte_size, dtype=np.uint8) if allocator.buffers is None else allocator.buffers(byte_size)
+        if array.dtype != np.uint8 or array.nbytes < byte_size or not array.flags.c_contiguous:
+            raise ValueError(f"buffers({byte_size}) gave {array.dtype} {array.shape}: not a contiguous uint8 buffer")
         return int(array.ctypes.data), array, TRITONSERVER_MemoryType.CPU, 0
     import torch
 

@@ -115,6 +115,20 @@ def test_outputs_are_the_allocators_arrays_handed_over_without_a_copy(repo: Path
         np.testing.assert_array_equal(out, x)
 
 
+def test_output_buffers_come_back_for_the_next_request_but_never_under_a_kept_result(repo: Path) -> None:
+    with open_backend(repo, "other") as backend:
+        assert isinstance(backend, InProcessBackend)
+        x = np.arange(4096, dtype=np.float32)
+        for i in range(20):  # results dropped at once (a sliding window): one buffer goes round
+            backend.infer({"INPUT__0": x + i})
+        assert backend._buffers.created == 1
+        kept = [backend.infer({"INPUT__0": x + i})["OUTPUT__0"] for i in range(5)]
+        for i in range(50):
+            backend.infer({"INPUT__0": x - i})
+        for i, out in enumerate(kept):
+            np.testing.assert_array_equal(out, x + i)  # never written again while the caller holds it
+
+
 def test_threads_calling_infer_concurrently_get_their_own_results(repo: Path) -> None:
     with open_backend(repo, "other", max_in_flight=4) as backend:
         results: dict[int, list[np.ndarray]] = {i: [] for i in range(6)}

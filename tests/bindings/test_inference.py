@@ -77,6 +77,28 @@ def test_outputs_are_the_allocators_fresh_arrays(server: Any) -> None:
     np.testing.assert_array_equal(second, x)
 
 
+def test_outputs_go_into_the_buffers_the_caller_gives(server: Any) -> None:
+    given: list[np.ndarray] = []
+
+    def buffers(byte_size: int) -> np.ndarray:
+        given.append(np.empty(byte_size + 16, dtype=np.uint8))  # bigger than asked is allowed
+        return given[-1]
+
+    allocator = b.ArrayAllocator(buffers=buffers)
+    future, outcome = submit(server, "passthrough", {"INPUT__0": np.arange(6, dtype=np.float32)}, allocator=allocator)
+    future.result(30)
+    out = outcome.outputs["OUTPUT__0"]
+    np.testing.assert_array_equal(out, np.arange(6, dtype=np.float32))
+    assert np.shares_memory(out, given[0])  # written there by Triton, handed out without a copy
+
+    with pytest.raises(ValueError, match="needs kind='numpy'"):
+        b.ArrayAllocator("torch", buffers=buffers)
+    bad = b.ArrayAllocator(buffers=lambda size: np.empty(size // 8, np.float64)[::2])
+    future, _ = submit(server, "passthrough", {"INPUT__0": np.ones(64, np.float32)}, allocator=bad)
+    with pytest.raises(ValueError, match="not a contiguous uint8 buffer"):  # the callback's own exception
+        future.result(30)
+
+
 def test_torch_allocator_hands_out_tensors_without_a_copy(server: Any) -> None:
     seen: list[Any] = []
 
