@@ -1,16 +1,19 @@
-"""The remote backend against every other way to reach a model, in one run, paths interleaved round by round.
+"""The remote and in-process Triton backends against every other way to reach a model, in one run, interleaved.
 
 W1, transport: an identity model (Python backend, DLPack) on 1x1xN^3 float32, per request:
     direct TorchScript (in-process identity), raw tritonclient HTTP binary, raw gRPC, raw gRPC + system
     shared memory (hand-written: one region, registered once, output read as a view), the App SDK's
-    TritonRemoteModel (JSON over HTTP), and this backend over gRPC, HTTP and auto (system shm).
+    TritonRemoteModel (JSON over HTTP), the remote backend over gRPC, HTTP and auto (system shm), and the
+    in-process ``triton`` backend on the same model files.
 W2, the sample app: sliding window over the full MNI T1 (the app's own settings from the model metadata):
-    in-process TorchScript vs this backend with max_in_flight 1 and 4.
+    in-process TorchScript vs the remote backend with max_in_flight 1 and 4 and the in-process ``triton``
+    backend, on the committed repository.
 
 A path is one entry of ``W1_PATHS`` / ``W2_PATHS``: a function taking the run's ``Bench`` and returning
 ``(call, close)``; another backend (the in-process ``triton`` one, say) joins with one more entry.
 
-    .venv/bin/python benchmarks/bench_remote.py [--rounds 7] [--sizes 64 128 160] [--w2-rounds 3]
+    .venv/bin/python benchmarks/bench_remote.py [--rounds 7] [--repeats 5] [--sizes 64 128 160] [--w2-rounds 3]
+        [--paths LABEL ...]
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ class Bench:
     identity: LocalTritonServer
     sample: LocalTritonServer
     max_bytes: int
+    identity_repo: Path
     closers: list[Callable[[], None]] = field(default_factory=list)
 
 
@@ -160,6 +164,7 @@ W1_PATHS: dict[str, Path_] = {
     "this backend HTTP": lambda b: _backend(f"{b.identity.http_url}?shared_memory=none", "identity"),
     "this backend auto (gRPC, shm)": lambda b: _backend(b.identity.grpc_url, "identity"),
     "this backend auto (HTTP, shm)": lambda b: _backend(b.identity.http_url, "identity"),
+    "in-process triton backend": lambda b: _backend("triton", "identity", model_repository=b.identity_repo),
 }
 
 
@@ -168,8 +173,8 @@ def _sample_run(spec: str, **options: Any) -> Path_:
     def make(bench: Bench) -> tuple[Call, Callable[[], None]]:
         from transforms import post_transforms, pre_transforms
 
-        if spec == "torch":
-            backend = create_backend("torch", SAMPLE, model_repository=REPO, **options).open()
+        if spec in ("torch", "triton"):
+            backend = create_backend(spec, SAMPLE, model_repository=REPO, timeout_s=TIMEOUT_S, **options).open()
         else:
             url = bench.sample.grpc_url if spec == "grpc" else bench.sample.http_url
             backend = create_backend(url, SAMPLE, timeout_s=TIMEOUT_S, **options).open()
@@ -189,21 +194,41 @@ W2_PATHS: dict[str, Path_] = {
     "in-process TorchScript": _sample_run("torch", max_in_flight=1),
     "this backend gRPC, max_in_flight 1": _sample_run("grpc", max_in_flight=1),
     "this backend gRPC, max_in_flight 4": _sample_run("grpc", max_in_flight=4),
+    "in-process triton backend, max_in_flight 1": _sample_run("triton", max_in_flight=1),
+    "in-process triton backend, max_in_flight 4": _sample_run("triton", max_in_flight=4),
 }
 
 
 # -- running ----------------------------------------------------------------------------------------
-def interleaved(paths: dict[str, Call], data: Any, rounds: int) -> dict[str, float]:
-    """Median ms per path; every round runs each path once, in turn, after one warm-up call each."""
+#: Paths too slow to repeat within a round (seconds per call): timed once per round.
+ONCE_PER_ROUND = frozenset({"App SDK TritonRemoteModel"})
+Times = dict[str, list[list[float]]]  # label -> per round, the ms of each call
+
+
+def interleaved(paths: dict[str, Call], data: Any, rounds: int, repeats: int = 1) -> Times:
+    """Every round runs each path in turn (``repeats`` calls each, once for the slow ones), after a warm-up."""
     for call in paths.values():
         call(data)
-    times: dict[str, list[float]] = {label: [] for label in paths}
+    times: Times = {label: [] for label in paths}
     for _ in range(rounds):
         for label, call in paths.items():
-            start = time.perf_counter()
-            call(data)
-            times[label].append((time.perf_counter() - start) * 1000)
-    return {label: statistics.median(values) for label, values in times.items()}
+            calls = []
+            for _ in range(1 if label in ONCE_PER_ROUND else repeats):
+                start = time.perf_counter()
+                call(data)
+                calls.append((time.perf_counter() - start) * 1000)
+            times[label].append(calls)
+    return times
+
+
+def median(times: Times, label: str) -> float:
+    return statistics.median(t for calls in times[label] for t in calls)
+
+
+def ratio(times: Times, label: str, base: str) -> float:
+    """Median over rounds of (this path's median / the base's median) in the same round: load hits both alike."""
+    rounds = zip(times[label], times[base], strict=True)
+    return statistics.median(statistics.median(a) / statistics.median(b) for a, b in rounds)
 
 
 def _open(entries: dict[str, Path_], bench: Bench) -> dict[str, Call]:
@@ -224,46 +249,65 @@ def _mni_image() -> torch.Tensor:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=5, help="W1 calls per path per round (slow paths: 1)")
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 128, 160])
-    parser.add_argument("--w2-rounds", type=int, default=3)
+    parser.add_argument("--w2-rounds", type=int, default=3, help="0 skips W2")
+    parser.add_argument("--paths", nargs="+", help="W1 paths to run (labels; default all)")
     args = parser.parse_args()
     repo = Path(tempfile.mkdtemp(prefix="bench-remote-")) / "repo"
     triton_models.identity(repo, "identity")
+    entries = {k: v for k, v in W1_PATHS.items() if not args.paths or k in args.paths}
     with LocalTritonServer(repo) as identity, LocalTritonServer(REPO) as sample:
-        bench = Bench(identity, sample, max_bytes=4 * max(args.sizes) ** 3)
+        bench = Bench(identity, sample, max_bytes=4 * max(args.sizes) ** 3, identity_repo=repo)
         try:
-            w1 = _open(W1_PATHS, bench)
+            w1 = _open(entries, bench)
             rows = []
             for size in args.sizes:
                 x = np.random.default_rng(0).standard_normal((1, 1, size, size, size)).astype(np.float32)
-                rows.append((size, interleaved(w1, x, args.rounds)))
-            w2 = interleaved(_open(W2_PATHS, bench), _mni_image(), args.w2_rounds)
+                rows.append((size, interleaved(w1, x, args.rounds, args.repeats)))
+            w2 = interleaved(_open(W2_PATHS, bench), _mni_image(), args.w2_rounds) if args.w2_rounds else None
         finally:
             for close in bench.closers:
                 close()
     report(rows, w2, args)
 
 
-def report(rows: list[tuple[int, dict[str, float]]], w2: dict[str, float], args: argparse.Namespace) -> None:
+#: (path, base) pairs whose per-round ratios the issues' floors are about.
+W1_RATIOS = [
+    ("this backend auto (gRPC, shm)", "tritonclient gRPC + system shm"),
+    ("this backend auto (HTTP, shm)", "tritonclient gRPC + system shm"),
+    ("App SDK TritonRemoteModel", "this backend auto (gRPC, shm)"),
+    ("in-process triton backend", "this backend auto (gRPC, shm)"),
+    ("in-process triton backend", "this backend auto (HTTP, shm)"),
+    ("in-process triton backend", "tritonclient gRPC + system shm"),
+]
+
+
+def report(rows: list[tuple[int, Times]], w2: Times | None, args: argparse.Namespace) -> None:
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the end")
-    print(f"\nW1: median ms of {args.rounds} interleaved rounds after one warm-up\n")
+    print(
+        f"\nW1: median ms per request, {args.rounds} interleaved rounds of {args.repeats} calls per path "
+        f"(1 for {', '.join(sorted(ONCE_PER_ROUND))}) after one warm-up\n"
+    )
     labels = list(rows[0][1])
     print("| path | " + " | ".join(f"1x1x{size}^3" for size, _ in rows) + " |")
     print("|---|" + "---:|" * len(rows))
     for label in labels:
-        print(f"| {label} | " + " | ".join(f"{timings[label]:.1f}" for _, timings in rows) + " |")
-    for size, t in rows:
-        auto, sdk, shm = (
-            t["this backend auto (gRPC, shm)"],
-            t["App SDK TritonRemoteModel"],
-            t["tritonclient gRPC + system shm"],
-        )
-        print(f"N={size}: auto is {sdk / auto:.1f}x faster than TritonRemoteModel, {auto / shm:.2f}x raw gRPC+shm")
-    print(f"\nW2: sample app sliding window on the full MNI T1, median s of {args.w2_rounds} rounds\n")
-    print("| path | median s | x in-process |\n|---|---:|---:|")
-    base = w2["in-process TorchScript"]
-    for label, ms in w2.items():
-        print(f"| {label} | {ms / 1000:.2f} | {ms / base:.2f} |")
+        print(f"| {label} | " + " | ".join(f"{median(times, label):.2f}" for _, times in rows) + " |")
+    pairs = [(a, b) for a, b in W1_RATIOS if a in labels and b in labels]
+    if pairs:
+        print("\nPer-round ratios (median over rounds of a / b in the same round):\n")
+        print("| a | b | " + " | ".join(f"1x1x{size}^3" for size, _ in rows) + " |")
+        print("|---|---|" + "---:|" * len(rows))
+        for a, b in pairs:
+            print(f"| {a} | {b} | " + " | ".join(f"{ratio(times, a, b):.2f}" for _, times in rows) + " |")
+    if w2 is None:
+        return
+    base = "in-process TorchScript"
+    print(f"\nW2: sample app sliding window on the full MNI T1, {args.w2_rounds} interleaved rounds\n")
+    print(f"| path | median s | x {base} (per round) |\n|---|---:|---:|")
+    for label in w2:
+        print(f"| {label} | {median(w2, label) / 1000:.2f} | {ratio(w2, label, base):.2f} |")
 
 
 if __name__ == "__main__":

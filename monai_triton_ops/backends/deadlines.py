@@ -2,7 +2,10 @@
 
 A sliding window sends hundreds of requests; a ``threading.Timer`` each would start hundreds of
 threads. Here a single daemon thread sleeps until the earliest deadline, so a deadline costs a
-heap entry and cancelling it (the request finished first) costs a flag.
+heap entry and cancelling it (the request finished first) costs a flag. The thread is woken only
+when a new deadline is the earliest (each wake-up takes the GIL from the threads doing the work),
+a cancelled timer lets go of its callback at once (which holds the request and its inputs), and
+cancelled entries are swept out whenever the heap has doubled since the last sweep.
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ import time
 from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
+
+#: Heap size at which cancelled entries are first swept out.
+_FIRST_SWEEP = 1024
 
 
 class Timer:
@@ -29,6 +35,11 @@ class Timer:
 
     def cancel(self) -> None:
         self.cancelled = True
+        self.callback = _nothing  # the heap may keep this entry until its time: it must hold nothing
+
+
+def _nothing() -> None:
+    pass
 
 
 class _Scheduler:
@@ -37,17 +48,28 @@ class _Scheduler:
         self._order = itertools.count()
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._sweep_at = _FIRST_SWEEP
 
     def at(self, when: float, callback: Callable[[], None]) -> Timer:
         """Call ``callback`` from the timer thread at ``time.monotonic() >= when``."""
         timer = Timer(when, callback)
         with self._wake:
+            if len(self._heap) >= self._sweep_at:
+                self._heap = [entry for entry in self._heap if not entry[2].cancelled]
+                heapq.heapify(self._heap)
+                self._sweep_at = max(_FIRST_SWEEP, 2 * len(self._heap))
+            earliest = not self._heap or when < self._heap[0][0]
             heapq.heappush(self._heap, (when, next(self._order), timer))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="monai-triton-deadlines", daemon=True)
                 self._thread.start()
-            self._wake.notify()
+            elif earliest:  # the thread sleeps until the earliest deadline: a later one needs no wake-up
+                self._wake.notify()
         return timer
+
+    def __len__(self) -> int:
+        with self._wake:
+            return len(self._heap)
 
     def _run(self) -> None:
         while True:

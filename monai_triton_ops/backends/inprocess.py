@@ -17,12 +17,13 @@ A deadline cancels the request in Triton, best effort (a Python-backend model al
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import struct
 import threading
 from collections.abc import Mapping
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -109,10 +110,19 @@ class TritonOptions(BackendOptions):
 
 @dataclass
 class _Pending:
-    """One request in Triton: the binding's request (for cancel) and the outputs its response delivered."""
+    """One request in Triton: the binding's request (for cancel), the outputs read so far, the backend's future."""
 
     request: bindings.TRITONSERVER_InferenceRequest
+    result: Future[Mapping[str, ArrayLike]]
     outputs: dict[str, ArrayLike] = field(default_factory=dict)
+    failed: bool = False
+
+    def deliver(self) -> None:
+        """The FINAL response was read without error: the outputs go to the caller now, not at the request's
+        release (Triton releases it a little later; the request keeps the inputs alive until then)."""
+        outputs, self.outputs = self.outputs, {}  # the request holds ``self`` until the garbage collector runs
+        with contextlib.suppress(InvalidStateError):
+            self.result.set_result(outputs)
 
 
 class InProcessBackend(BaseBackend):
@@ -170,9 +180,9 @@ class InProcessBackend(BaseBackend):
             triton_request.append_input_data(name, data)
         for name in request.outputs:
             triton_request.add_requested_output(name)
-        pending = _Pending(triton_request)
-        triton_request.set_response_callback(allocator, None, _on_response, pending)
         result: Future[Mapping[str, ArrayLike]] = Future()
+        pending = _Pending(triton_request, result)
+        triton_request.set_response_callback(allocator, None, _on_response, pending)
         key = id(request)
         with self._pending_lock:
             self._pending[key] = pending
@@ -182,23 +192,24 @@ class InProcessBackend(BaseBackend):
             with self._pending_lock:
                 self._pending.pop(key, None)
             raise
-        landed.add_done_callback(functools.partial(self._landed, key, pending, result))
+        landed.add_done_callback(functools.partial(self._landed, key, pending))
         return result
 
-    def _landed(
-        self, key: int, pending: _Pending, result: Future[Mapping[str, ArrayLike]], landed: Future[None]
-    ) -> None:
+    def _landed(self, key: int, pending: _Pending, landed: Future[None]) -> None:
+        """Triton released the request and delivered its FINAL response: clean up, and fail the call if it failed."""
         with self._pending_lock:
             self._pending.pop(key, None)
         _delete(pending.request)  # a request left alive holds its model: unloading would wait on it
-        # The request keeps ``pending`` as its callback's object (a cycle until the garbage collector runs):
-        # the outputs must not stay with it, or their lent buffers would come back only then.
-        outputs, pending.outputs = pending.outputs, {}
         error = landed.exception()
         if error is None:
-            result.set_result(outputs)
-        else:
-            result.set_exception(self._error(error))
+            pending.deliver()  # no-op when the FINAL response delivered already
+            return
+        if pending.result.done():
+            logger.warning("model %r: after its result, the request's release failed: %s", self.model_name, error)
+            return
+        pending.outputs = {}
+        with contextlib.suppress(InvalidStateError):
+            pending.result.set_exception(self._error(error))
 
     def _error(self, error: BaseException) -> BaseException:
         from .. import bindings as b
@@ -256,21 +267,30 @@ def _input_data(spec: TensorSpec, value: ArrayLike) -> Any:
     return np.ascontiguousarray(value)
 
 
-def _on_response(response: Any, _flags: Any, pending: _Pending) -> None:
-    """Keep each requested output (the allocator's own array); the error a response carries is raised."""
-    if response is None:
-        return
+def _on_response(response: Any, flags: Any, pending: _Pending) -> None:
+    """Keep each requested output (the allocator's own array); at FINAL, deliver them unless one failed.
+
+    An error (the response's own, or reading it) is raised: the binding carries it to the request's
+    landing, where ``_landed`` fails the call with it.
+    """
     from .. import bindings as b
 
     try:
-        for index in range(response.output_count):  # raises the response's error first
-            out = response.output(index)
-            if out.datatype is b.TRITONSERVER_DataType.BYTES:
-                pending.outputs[out.name] = deserialize_bytes(out.buffer_user_object, out.byte_size, out.shape)
-            else:
-                pending.outputs[out.name] = response.output_array(index)
-    finally:
-        response.delete()
+        if response is not None:
+            try:
+                for index in range(response.output_count):  # raises the response's error first
+                    out = response.output(index)
+                    if out.datatype is b.TRITONSERVER_DataType.BYTES:
+                        pending.outputs[out.name] = deserialize_bytes(out.buffer_user_object, out.byte_size, out.shape)
+                    else:
+                        pending.outputs[out.name] = response.output_array(index)
+            finally:
+                response.delete()
+    except BaseException:
+        pending.failed = True
+        raise
+    if flags & b.TRITONSERVER_ResponseCompleteFlag.FINAL and not pending.failed:
+        pending.deliver()
 
 
 def serialize_bytes(array: np.ndarray) -> bytes:

@@ -7,12 +7,13 @@ when its first backend opens and unloaded when its last one closes, so the app r
 it opened from a repository that may hold many.
 
 Around the server, exactly what the local server launcher sets up (``server.environment``, one helper):
-a backend folder holding the Python backend and its stub, the stub's environment (``LD_LIBRARY_PATH``,
-``PATH``, ``OMP_WAIT_POLICY``: set in this process's environment, which the stubs inherit, and restored
-at stop), a shared-memory prefix of our own so leftovers of a killed process can be told apart and
-removed, and a symlink mirror of each repository in the server's temporary folder (``server.mirror``):
-the stubs' isolated interpreters ignore ``PYTHONDONTWRITEBYTECODE`` and would write ``__pycache__``
-into the user's repository. A model's folder is mirrored anew each time it loads.
+a backend folder holding the Python backend and its stub; the stub's environment (``LD_LIBRARY_PATH``,
+``PATH``, ``OMP_WAIT_POLICY``, glibc's ``MALLOC_*_THRESHOLD_``: set in this process's environment, which
+the stubs inherit, and restored at stop); a shared-memory prefix of our own, so leftovers of a killed
+process can be told apart and removed; and a symlink mirror of each repository in the server's
+temporary folder (``server.mirror``): the stubs' isolated interpreters ignore ``PYTHONDONTWRITEBYTECODE``
+and would write ``__pycache__`` into the user's repository. A model's folder is mirrored anew each time
+it loads.
 
 At interpreter exit, backends still open are closed (requests drained up to their close deadline)
 and the server is deleted before Python finalizes, so no Triton thread calls back into a finalizing
@@ -47,10 +48,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Environment variables the stubs inherit, set in this process while the server runs: the library and Python
-#: paths, and OpenMP threads that sleep between requests (spinning, they take the cores this very process
-#: needs for its own work between requests).
-_STUB_ENVIRON = ("LD_LIBRARY_PATH", "PATH", "OMP_WAIT_POLICY")
+#: Environment variables the stubs inherit, set in this process while the server runs (``server_environment``
+#: says why each): the library and Python paths, OpenMP threads that sleep between requests, and glibc keeping
+#: freed tensor buffers for reuse. This process's own allocator read its settings at start and is unaffected.
+_STUB_ENVIRON = ("LD_LIBRARY_PATH", "PATH", "OMP_WAIT_POLICY", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 
 
 @dataclass(frozen=True, kw_only=True)

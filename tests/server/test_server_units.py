@@ -155,6 +155,10 @@ def test_backend_folder_and_environment(tmp_path: Path) -> None:
     ld = env["LD_LIBRARY_PATH"].split(os.pathsep)
     assert ld == [sysconfig.get_config_var("LIBDIR"), str(install.home / "lib"), "/opt/x"]
     assert env["PATH"].split(os.pathsep) == [os.path.dirname(sys.executable), "/usr/bin"]
+    assert (env["OMP_WAIT_POLICY"], env["MALLOC_MMAP_THRESHOLD_"]) == ("PASSIVE", str(32 << 20))
+    assert int(env["MALLOC_TRIM_THRESHOLD_"]) >= 32 << 20  # freed tensor buffers stay for the next request
+    mine = server_environment(install, {"OMP_WAIT_POLICY": "ACTIVE", "MALLOC_TRIM_THRESHOLD_": "0"})
+    assert (mine["OMP_WAIT_POLICY"], mine["MALLOC_TRIM_THRESHOLD_"]) == ("ACTIVE", "0")  # the user's own win
 
 
 def test_no_stub_for_this_python_warns(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
