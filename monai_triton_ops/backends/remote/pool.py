@@ -159,9 +159,8 @@ class RegionPool:
                 self._leased[slot] = left
                 continue
             self._leased.pop(slot, None)
-            if self._closed:
-                if slot.region is not None:
-                    slot.region.close(unregister=False)
+            if self._closed:  # close() unregisters it (never here: this runs under the lock)
+                self._quarantined.add(slot)
             else:
                 self._free.append(slot)
 
@@ -205,7 +204,7 @@ class RegionPool:
             if slot not in self._quarantined:
                 return True
         region = slot.region
-        if region is not None:
+        if region is not None and not region.closed:
             try:
                 self._transport.unregister_system_shm(region.name, timeout_s=_CALL_TIMEOUT_S)
             except Exception as exc:  # most often "currently in use": the server still works on that request
@@ -228,10 +227,10 @@ class RegionPool:
             self._closed = True
             self._drain_returned()
             free, self._free = self._free, []
-            leased = list(self._leased)
-        for slot in [*free, *leased]:  # a leased region's mapping stays until its last array goes
-            if slot.region is not None:
-                slot.region.close()
+            # Free and leased slots are retired like quarantined ones: a request's response can reach us a
+            # moment before the server lets go of its region ("currently in use"), so unregistering is tried
+            # until the deadline. A leased region's mapping stays until its last array goes.
+            self._quarantined.update(s for s in [*free, *self._leased] if s.region is not None)
         while True:
             with self._lock:
                 busy, pending = len(self._busy), list(self._quarantined)

@@ -98,6 +98,10 @@ class SystemRegion:
         _track(self)
 
     @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
     def buffer(self) -> mmap.mmap:
         if self._mmap is None:
             raise ValueError(f"shared memory region {self.name} is closed")

@@ -112,6 +112,18 @@ def test_close_with_requests_in_flight_waits_then_leaves_nothing_registered(
 
 
 @pytest.mark.parametrize("scheme", ["grpc", "http"])
+def test_results_dropped_just_before_close_leave_nothing_registered(server: LocalTritonServer, scheme: str) -> None:
+    backend = create_backend(f"{url(server, scheme)}?shared_memory=system&max_in_flight=2", "ident").open()
+    x = np.arange(1024, dtype=np.float32)
+    kept = [backend.infer({"INPUT__0": x + i})["OUTPUT__0"] for i in range(3)]  # views of leased slots
+    assert [int(k[0]) for k in kept] == [0, 1, 2]
+    del kept  # their slots come back to the pool as close begins
+    backend.close(timeout_s=30)
+    assert not own_regions()
+    assert not registered_by_us(server)
+
+
+@pytest.mark.parametrize("scheme", ["grpc", "http"])
 def test_close_cutting_requests_off_still_unregisters_once_the_server_lets_go(
     server: LocalTritonServer, scheme: str
 ) -> None:
