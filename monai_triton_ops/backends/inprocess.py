@@ -110,9 +110,12 @@ class TritonOptions(BackendOptions):
 
 @dataclass
 class _Pending:
-    """One request in Triton: the binding's request (for cancel), the outputs read so far, the backend's future."""
+    """One request's outputs read so far and the backend's future (the request's response-callback object).
 
-    request: bindings.TRITONSERVER_InferenceRequest
+    It never refers to the request: the request holds it, and a cycle would keep the future, hence the
+    outputs and the buffers they were lent, until the garbage collector runs.
+    """
+
     result: Future[Mapping[str, ArrayLike]]
     outputs: dict[str, ArrayLike] = field(default_factory=dict)
     failed: bool = False
@@ -120,7 +123,7 @@ class _Pending:
     def deliver(self) -> None:
         """The FINAL response was read without error: the outputs go to the caller now, not at the request's
         release (Triton releases it a little later; the request keeps the inputs alive until then)."""
-        outputs, self.outputs = self.outputs, {}  # the request holds ``self`` until the garbage collector runs
+        outputs, self.outputs = self.outputs, {}
         with contextlib.suppress(InvalidStateError):
             self.result.set_result(outputs)
 
@@ -140,7 +143,7 @@ class InProcessBackend(BaseBackend):
         self._repository = self.model_repository.resolve()
         self._server: shared_server.SharedServer | None = None
         self._allocator: bindings.ArrayAllocator | None = None
-        self._pending: dict[int, _Pending] = {}
+        self._requests: dict[int, bindings.TRITONSERVER_InferenceRequest] = {}  # in Triton, for cancel
         self._pending_lock = threading.Lock()
         self._buffers = BufferPool()
 
@@ -181,16 +184,16 @@ class InProcessBackend(BaseBackend):
         for name in request.outputs:
             triton_request.add_requested_output(name)
         result: Future[Mapping[str, ArrayLike]] = Future()
-        pending = _Pending(triton_request, result)
+        pending = _Pending(result)
         triton_request.set_response_callback(allocator, None, _on_response, pending)
         key = id(request)
         with self._pending_lock:
-            self._pending[key] = pending
+            self._requests[key] = triton_request
         try:
             landed = server.infer_async(triton_request)
         except BaseException:
             with self._pending_lock:
-                self._pending.pop(key, None)
+                self._requests.pop(key, None)
             raise
         landed.add_done_callback(functools.partial(self._landed, key, pending))
         return result
@@ -198,8 +201,9 @@ class InProcessBackend(BaseBackend):
     def _landed(self, key: int, pending: _Pending, landed: Future[None]) -> None:
         """Triton released the request and delivered its FINAL response: clean up, and fail the call if it failed."""
         with self._pending_lock:
-            self._pending.pop(key, None)
-        _delete(pending.request)  # a request left alive holds its model: unloading would wait on it
+            request = self._requests.pop(key, None)
+        if request is not None:
+            _delete(request)  # a request left alive holds its model: unloading would wait on it
         error = landed.exception()
         if error is None:
             pending.deliver()  # no-op when the FINAL response delivered already
@@ -223,10 +227,10 @@ class InProcessBackend(BaseBackend):
         return error
 
     def _cancel(self, request: InferRequest) -> None:
-        with self._pending_lock:
-            pending = self._pending.get(id(request))
-        if pending is not None:
-            pending.request.cancel()
+        with self._pending_lock:  # held: a request that lands meanwhile is deleted only after this
+            triton_request = self._requests.get(id(request))
+            if triton_request is not None:
+                triton_request.cancel()
 
     def _close(self) -> None:
         self._buffers.clear()  # results still held by callers keep their own buffers
