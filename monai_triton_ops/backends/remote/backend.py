@@ -135,6 +135,7 @@ class RemoteBackend(BaseBackend):
                     root_certificates=certificates,
                     compression=compression,
                     keepalive_s=options.keepalive_s,
+                    workers=options.max_in_flight,
                 )
             from .http_transport import HttpTransport
 
