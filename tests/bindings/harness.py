@@ -62,9 +62,14 @@ def start_server(
     exit_timeout_s: int = 10,
     log_verbose: int = 0,
 ) -> Started:
-    """Create the server over ``repo`` (explicit model control) and load ``models``."""
+    """Create the server over a symlink mirror of ``repo`` (explicit model control) and load ``models``.
+
+    The mirror, as the backends use it: the stubs write ``__pycache__`` beside each ``model.py``, and a test must
+    not write into a repository it does not own (the committed one).
+    """
     from monai_triton_ops import bindings as b
     from monai_triton_ops.server.environment import assemble_backend_dir, server_environment, shm_prefix
+    from monai_triton_ops.server.mirror import mirror_repository
 
     library = b.load_library()
     assert library.install is not None, "the wheel's library comes with its install"
@@ -75,7 +80,8 @@ def start_server(
     prefix = shm_prefix()
     log_path = workdir / "triton.log"
     options = b.TRITONSERVER_ServerOptions()
-    options.set_model_repository_path(repo).set_backend_directory(backends)
+    served = mirror_repository(repo, workdir / "repository")
+    options.set_model_repository_path(served).set_backend_directory(backends)
     options.set_model_control_mode(b.TRITONSERVER_ModelControlMode.EXPLICIT)
     options.set_exit_timeout(exit_timeout_s).set_log_file(log_path).set_log_verbose(log_verbose)
     options.set_pinned_memory_pool_byte_size(0).set_gpu_metrics(False).set_strict_readiness(True)
@@ -106,6 +112,7 @@ def stop_server(started: Started, *, check: bool = True) -> None:
             os.environ.clear()
             os.environ.update(started.saved_environ)
         shutil.rmtree(started.workdir / "backends", ignore_errors=True)
+        shutil.rmtree(started.workdir / "repository", ignore_errors=True)
 
 
 @contextlib.contextmanager
