@@ -8,9 +8,10 @@ A request goes to ``TRITONSERVER_ServerInferAsync``; the response callback reads
 binding's ``ArrayAllocator`` had Triton write straight into buffers lent by this backend's pool
 (``leases``): views of those very buffers go to the caller, without a copy, and a buffer is reused only
 once the caller has dropped every array of it (the contract's ownership rule; fresh memory per output
-cost more than the copy it saves: the kernel zeroes every new page). The binding's future completes
-once Triton has released the request and delivered its FINAL response; this backend's future follows it.
-A deadline cancels the request in Triton, best effort (a Python-backend model already executing runs on).
+cost more than the copy it saves: the kernel zeroes every new page). This backend's future completes
+at the FINAL response; the request is deleted once Triton has released it (the binding's future), and a
+failure seen only then fails the call. A deadline cancels the request in Triton, best effort (a
+Python-backend model already executing runs on).
 
     backend = create_backend("triton?log_verbose=1", "brain_tissue_seg", model_repository="model_repository")
 """
@@ -144,7 +145,7 @@ class InProcessBackend(BaseBackend):
         self._server: shared_server.SharedServer | None = None
         self._allocator: bindings.ArrayAllocator | None = None
         self._requests: dict[int, bindings.TRITONSERVER_InferenceRequest] = {}  # in Triton, for cancel
-        self._pending_lock = threading.Lock()
+        self._requests_lock = threading.Lock()
         self._buffers = BufferPool()
 
     @property
@@ -187,12 +188,12 @@ class InProcessBackend(BaseBackend):
         pending = _Pending(result)
         triton_request.set_response_callback(allocator, None, _on_response, pending)
         key = id(request)
-        with self._pending_lock:
+        with self._requests_lock:
             self._requests[key] = triton_request
         try:
             landed = server.infer_async(triton_request)
         except BaseException:
-            with self._pending_lock:
+            with self._requests_lock:
                 self._requests.pop(key, None)
             raise
         landed.add_done_callback(functools.partial(self._landed, key, pending))
@@ -200,7 +201,7 @@ class InProcessBackend(BaseBackend):
 
     def _landed(self, key: int, pending: _Pending, landed: Future[None]) -> None:
         """Triton released the request and delivered its FINAL response: clean up, and fail the call if it failed."""
-        with self._pending_lock:
+        with self._requests_lock:
             request = self._requests.pop(key, None)
         if request is not None:
             _delete(request)  # a request left alive holds its model: unloading would wait on it
@@ -227,7 +228,7 @@ class InProcessBackend(BaseBackend):
         return error
 
     def _cancel(self, request: InferRequest) -> None:
-        with self._pending_lock:  # held: a request that lands meanwhile is deleted only after this
+        with self._requests_lock:  # held: a request that lands meanwhile is deleted only after this
             triton_request = self._requests.get(id(request))
             if triton_request is not None:
                 triton_request.cancel()
