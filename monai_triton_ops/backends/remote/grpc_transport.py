@@ -17,8 +17,6 @@ them; keepalive goes through ``KeepAliveOptions`` instead, which leaves the limi
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,7 +28,7 @@ from tritonclient.grpc import model_config_pb2 as pb
 from tritonclient.utils import InferenceServerException, deserialize_bytes_tensor, triton_to_np_dtype
 
 from .translate import CallError, Status, from_grpc_status
-from .transport import Callback, Cancel, Transport, WireInput, WireOutput, WireResult
+from .transport import Callback, Cancel, Transport, WireInput, WireOutput, WireResult, Workers, deliver
 
 logger = logging.getLogger(__name__)
 
@@ -59,8 +57,6 @@ class GrpcTransport(Transport):
     ) -> None:
         self.url = url
         self._compression = compression
-        self._jobs: queue.SimpleQueue[_Infer | None] = queue.SimpleQueue()
-        self._closed = False
         keepalive = None
         if keepalive_s is not None:
             keepalive = grpcclient.KeepAliveOptions(
@@ -69,15 +65,12 @@ class GrpcTransport(Transport):
         self._client = grpcclient.InferenceServerClient(
             url=address, ssl=ssl, root_certificates=root_certificates, keepalive_options=keepalive
         )
-        self._threads = [
-            threading.Thread(target=self._work, name=f"triton-grpc-{i}", daemon=True) for i in range(max(1, workers))
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._workers: Workers[_Infer] = Workers("triton-grpc", workers, self._work)
 
-    def _work(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            job.run(closed=self._closed)
+    @staticmethod
+    def _work(workers: Workers[_Infer]) -> None:
+        for job in workers.jobs():
+            job.run(closed=workers.closed)
 
     # -- control calls ----------------------------------------------------------------------------
     def is_model_ready(self, model: str, version: str, *, timeout_s: float) -> bool:
@@ -156,8 +149,6 @@ class GrpcTransport(Transport):
                 f"the request body would hold {body} bytes, over the {MAX_MESSAGE_BYTES} bytes this client sends "
                 "over gRPC",
             )
-        if self._closed:
-            raise CallError(Status.CANCELLED, "the transport is closed")
         tensors = [_infer_input(i) for i in inputs]
         requested = [_requested_output(o) for o in outputs]
 
@@ -172,20 +163,12 @@ class GrpcTransport(Transport):
             )
 
         job = _Infer(call, time.monotonic() + timeout_s, callback)
-        self._jobs.put(job)
+        self._workers.put(job)
         return job
 
     def close(self) -> None:
         """Close the channel (calls still out end at once, ``CANCELLED``), then stop the workers."""
-        if self._closed:
-            return
-        self._closed = True
-        self._client.close()
-        for _ in self._threads:
-            self._jobs.put(None)
-        for thread in self._threads:
-            if thread is not threading.current_thread():
-                thread.join(timeout=_JOIN_TIMEOUT_S)
+        self._workers.stop(join_timeout_s=_JOIN_TIMEOUT_S, first=self._client.close)
 
 
 #: How long ``close()`` waits for a worker to notice its call ended.
@@ -220,10 +203,7 @@ class _Infer(Cancel):
                 error = _error(exc)
             except Exception as exc:  # every failure reaches the caller as a CallError, never this thread
                 error = CallError(Status.INTERNAL, f"{type(exc).__name__}: {exc}")
-        try:
-            self._callback(result, error)
-        except Exception:  # the callback owns its errors; this only keeps the worker alive
-            logger.exception("remote backend completion failed")
+        deliver(self._callback, result, error)
 
 
 class _GrpcResult(WireResult):

@@ -11,7 +11,6 @@ connection may be half-read, and the worker replaces its client.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -26,7 +25,7 @@ from tritonclient.grpc import model_config_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
 from .translate import CallError, Status, from_http_status, from_os_error
-from .transport import Callback, Cancel, Transport, WireInput, WireOutput, WireResult
+from .transport import Callback, Cancel, Transport, WireInput, WireOutput, WireResult, Workers, deliver
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +67,7 @@ class _Job:
         """Run; returns whether the client must be replaced (a call cut short may leave the socket mid-message)."""
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
-            self._finish(None, CallError(Status.DEADLINE, "the deadline passed before the call could start"))
+            deliver(self.done, None, CallError(Status.DEADLINE, "the deadline passed before the call could start"))
             return False
         broken = False
         try:
@@ -76,16 +75,10 @@ class _Job:
                 result = self.fn(client)
         except Exception as exc:  # every failure reaches the caller as a CallError, never this thread
             broken = isinstance(exc, _Deadline | OSError)
-            self._finish(None, _translate(exc))
+            deliver(self.done, None, _translate(exc))
         else:
-            self._finish(result, None)
+            deliver(self.done, result, None)
         return broken
-
-    def _finish(self, result: Any, error: CallError | None) -> None:
-        try:
-            self.done(result, error)
-        except Exception:
-            logger.exception("remote backend completion failed")
 
 
 class HttpTransport(Transport):
@@ -95,14 +88,8 @@ class HttpTransport(Transport):
         self.url = url
         self._address = address
         self._ssl = ssl
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._closed = False
         self._local = threading.local()  # a worker's own client, for calls made from its callbacks
-        self._threads = [
-            threading.Thread(target=self._work, name=f"triton-http-{i}", daemon=True) for i in range(max(1, workers))
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._workers: Workers[_Job] = Workers("triton-http", workers, self._work)
 
     def _client(self) -> Client:
         return httpclient.InferenceServerClient(
@@ -112,10 +99,10 @@ class HttpTransport(Transport):
             network_timeout=_SOCKET_TIMEOUT_S,
         )
 
-    def _work(self) -> None:
+    def _work(self, workers: Workers[_Job]) -> None:
         client = self._local.client = self._client()
         try:
-            while (job := self._jobs.get()) is not None:
+            for job in workers.jobs():
                 if job.run(client):
                     client.close()
                     client = self._local.client = self._client()
@@ -125,9 +112,7 @@ class HttpTransport(Transport):
     def _submit(
         self, fn: Callable[[Client], Any], timeout_s: float, done: Callable[[Any, CallError | None], None]
     ) -> None:
-        if self._closed:
-            raise CallError(Status.CANCELLED, "the transport is closed")
-        self._jobs.put(_Job(fn, time.monotonic() + timeout_s, done))
+        self._workers.put(_Job(fn, time.monotonic() + timeout_s, done))
 
     def _call(self, fn: Callable[[Client], T], timeout_s: float) -> T:
         future: Future[T] = Future()
@@ -202,14 +187,7 @@ class HttpTransport(Transport):
 
     def close(self) -> None:
         """Stop the workers after the jobs queued so far; each closes its own client."""
-        if self._closed:
-            return
-        self._closed = True
-        for _ in self._threads:
-            self._jobs.put(None)
-        for thread in self._threads:
-            if thread is not threading.current_thread():
-                thread.join(timeout=_QUEUE_GRACE_S * 5)
+        self._workers.stop(join_timeout_s=_QUEUE_GRACE_S * 5)
 
 
 class _NoCancel(Cancel):

@@ -8,15 +8,21 @@ calling thread, never raising into the transport.
 
 from __future__ import annotations
 
+import logging
+import queue
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as pb
 
-from .translate import CallError
+from .translate import CallError, Status
+
+logger = logging.getLogger(__name__)
+J = TypeVar("J")
 
 
 @dataclass(frozen=True)
@@ -121,3 +127,51 @@ class Transport(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release connections and threads; idempotent."""
+
+
+def deliver(callback: Callable[[Any, CallError | None], None], result: Any, error: CallError | None) -> None:
+    """Hand a call's outcome to its callback on a worker thread: the callback owns its errors, the worker lives on."""
+    try:
+        callback(result, error)
+    except Exception:
+        logger.exception("remote backend completion failed")
+
+
+class Workers(Generic[J]):
+    """The threads that make a transport's blocking calls: ``count`` daemon threads fed from one queue.
+
+    Each thread runs ``work(workers)``, which takes its jobs from ``jobs()`` until ``stop()`` sends it the
+    end; ``put()`` refuses jobs once stopping has begun.
+    """
+
+    def __init__(self, name: str, count: int, work: Callable[[Workers[J]], None]) -> None:
+        self._queue: queue.SimpleQueue[J | None] = queue.SimpleQueue()
+        self.closed = False
+        self._threads = [
+            threading.Thread(target=work, args=(self,), name=f"{name}-{i}", daemon=True) for i in range(max(1, count))
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def put(self, job: J) -> None:
+        if self.closed:
+            raise CallError(Status.CANCELLED, "the transport is closed")
+        self._queue.put(job)
+
+    def jobs(self) -> Iterator[J]:
+        """A worker's jobs, in order, until ``stop()``."""
+        while (job := self._queue.get()) is not None:
+            yield job
+
+    def stop(self, *, join_timeout_s: float, first: Callable[[], None] | None = None) -> None:
+        """Refuse new jobs, run ``first`` (once), let the queued jobs run, wait for the threads; idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        if first is not None:
+            first()
+        for _ in self._threads:
+            self._queue.put(None)
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout=join_timeout_s)
