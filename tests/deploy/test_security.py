@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import re
 from pathlib import Path
-from typing import Any
 
 from .manifests import (
     DEPLOY,
@@ -43,6 +42,7 @@ RESTRICTED_FLAGS = ("grpc-restricted-protocol", "http-restricted-api")
 
 
 def inlined_secrets(manifest: Manifest) -> list[str]:
+    """A Secret object, a credential variable with a literal value, a restricted-API key that is not $(VAR)."""
     problems = []
     if manifest.kind == "Secret":
         problems.append(f"{manifest.id}: a Secret in a manifest (create it out of band: docs/fleet.md)")
@@ -139,37 +139,63 @@ def test_restricted_check_finds_what_admission_refuses() -> None:
     assert len(found) == 3, found
 
 
-def _allows(rules: list[dict[str, Any]], side: str, namespace: str, labels: dict[str, str], port: int) -> bool:
-    """Whether NetworkPolicy ``rules`` (ingress ``from`` / egress ``to``) admit pods of ``namespace`` with ``labels``
-    on ``port``; named ports are resolved against the fleet's container (the only named ones used)."""
+def _allows(policy: Manifest, direction: str, namespace: str, labels: dict[str, str], port: int) -> bool:
+    """Whether ``policy`` admits traffic to (ingress) or from (egress) pods of ``namespace`` with ``labels`` on
+    ``port``. Kubernetes' rules: a rule without ports allows every port, a rule without peers every peer, a peer
+    without a namespace selector means the policy's own namespace. Named ports resolve against the fleet's
+    container (the only pods with named ports here); ``ipBlock`` peers are never pods, so they never match."""
     server = container(one("Deployment", "triton", "triton"), "tritonserver")
-    for rule in rules:
-        numbers = {
-            p["port"] if isinstance(p["port"], int) else container_port(server, p["port"]) for p in rule["ports"]
-        }
-        for peer in rule[side]:
-            in_namespace = selects(peer.get("namespaceSelector", {}), namespace_labels(namespace))
-            if in_namespace and selects(peer.get("podSelector", {}), labels) and port in numbers:
+    side = "from" if direction == "ingress" else "to"
+    for rule in policy.doc["spec"].get(direction, []):
+        ports = rule.get("ports")
+        if ports is not None and not any(
+            "port" not in p or (p["port"] if isinstance(p["port"], int) else container_port(server, p["port"])) == port
+            for p in ports
+        ):
+            continue
+        peers = rule.get(side)
+        if not peers:
+            return True
+        for peer in peers:
+            if "ipBlock" in peer:
+                continue
+            if "namespaceSelector" in peer:
+                in_namespace = selects(peer["namespaceSelector"], namespace_labels(namespace))
+            else:
+                in_namespace = namespace == policy.namespace
+            if in_namespace and selects(peer.get("podSelector", {}), labels):
                 return True
     return False
 
 
-def test_the_app_reaches_the_fleet_over_grpc_and_nothing_else_blocks_it() -> None:
+def _policies(workload: Manifest, policy_type: str) -> list[Manifest]:
+    """The NetworkPolicies that isolate ``workload``'s pods for ``policy_type`` (Ingress or Egress)."""
+    return [
+        p
+        for p in of_kind("NetworkPolicy")
+        if p.namespace == workload.namespace
+        and selects(p.doc["spec"]["podSelector"], pod_labels(workload))
+        and policy_type in p.doc["spec"].get("policyTypes", ["Ingress"])
+    ]
+
+
+def test_the_app_reaches_the_fleet_over_grpc_and_nothing_else() -> None:
     job, deployment = one("Job", "brain-tissue-seg-", "monai-apps"), one("Deployment", "triton", "triton")
     grpc = container_port(container(deployment, "tritonserver"), "grpc")
-    fleet_policies = [p.doc["spec"] for p in of_kind("NetworkPolicy") if p.namespace == deployment.namespace]
-    fleet_policies = [p for p in fleet_policies if selects(p["podSelector"], pod_labels(deployment))]
-    assert fleet_policies, "the fleet's pods are open to every pod of the cluster"
-    assert any(_allows(p["ingress"], "from", job.namespace or "", pod_labels(job), grpc) for p in fleet_policies)
-    app_policies = [p.doc["spec"] for p in of_kind("NetworkPolicy") if p.namespace == job.namespace]
-    app_policies = [
-        p for p in app_policies if selects(p["podSelector"], pod_labels(job)) and "Egress" in p["policyTypes"]
-    ]
-    assert app_policies, "the app's egress is not restricted"
-    egress = [rule for p in app_policies for rule in p["egress"]]
-    assert _allows(egress, "to", deployment.namespace or "", pod_labels(deployment), grpc)
-    dns = {"k8s-app": "kube-dns"}
-    assert _allows(egress, "to", "kube-system", dns, 53)
-    # and not, say, anything in the ingress controller's namespace or the internet
-    assert not any("ipBlock" in peer for rule in egress for peer in rule["to"])
-    assert not _allows(egress, "to", "ingress-nginx", {}, 443)
+    fleet_in = _policies(deployment, "Ingress")
+    assert fleet_in, "the fleet's pods are open to every pod of the cluster"
+    assert any(_allows(p, "ingress", job.namespace or "", pod_labels(job), grpc) for p in fleet_in)
+    assert not any(_allows(p, "ingress", "default", {}, grpc) for p in fleet_in)  # any other namespace
+    app_out = _policies(job, "Egress")
+    assert app_out, "the app's egress is not restricted"
+    assert any(_allows(p, "egress", deployment.namespace or "", pod_labels(deployment), grpc) for p in app_out)
+    assert any(_allows(p, "egress", "kube-system", {"k8s-app": "kube-dns"}, 53) for p in app_out)
+    # and nothing else: not the ingress controller, not another pod of the fleet's namespace, not an address
+    assert not any(_allows(p, "egress", "ingress-nginx", {}, 443) for p in app_out)
+    assert not any(_allows(p, "egress", deployment.namespace or "", {"app": "other"}, grpc) for p in app_out)
+    assert not any("ipBlock" in peer for p in app_out for rule in p.doc["spec"]["egress"] for peer in rule["to"])
+    assert _policies(job, "Ingress"), "the app's pods accept connections"
+    assert not any(
+        _allows(p, "ingress", deployment.namespace or "", pod_labels(deployment), grpc)
+        for p in _policies(job, "Ingress")
+    )
