@@ -17,6 +17,9 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt -e '.[apps,test]'
 	# Only the Triton server files inside this wheel are used; it pins numpy<2, hence --no-deps.
 	$(PY) -m pip install -q --no-deps nvidia-pytriton==0.7.0
+	# The KServe SDK's models are the InferenceService schema that tests/deploy checks deploy/kserve against;
+	# the wheel is only read, never installed (its model-server dependencies would clash with ours).
+	$(PY) -m pip download -q --no-deps --dest $(VENV)/wheels kserve==0.21.0
 	touch $(STAMP)
 
 demo: setup
