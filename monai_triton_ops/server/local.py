@@ -12,8 +12,11 @@ What ``start()`` does, in order::
     check given ports      127.0.0.1 only; others picked free                          (PortInUseError)
     temp folder            backends/python/ (symlinks), repository/ (a symlink mirror: nothing is written into
                            the user's repository, see mirror.py) + tritonserver.log
+    stub check             the Python backend stub links here, if the repository has Python models
+                                                                                       (ServerStartError)
     launch                 argv list, own process group, SIGKILL when this thread dies (Linux, prctl)
-    wait, ONE deadline     process alive; no model load failure in the log; /v2/health/live and /ready;
+    wait, ONE deadline     process alive; no model load failure and no stub failure in the log (Triton 2.51
+                           waits forever for a stub that cannot start); /v2/health/live and /ready;
                            every model ready (/v2/models/NAME/ready; repository index for the reason)
                                                                                        (ServerStartError + log tail)
 
@@ -41,7 +44,7 @@ from types import TracebackType
 
 from ..errors import ConfigError, ModelNotFoundError, PortInUseError, ServerError, ServerStartError
 from . import health, logs
-from .discovery import find_tritonserver
+from .discovery import TritonInstall, find_tritonserver
 from .environment import (
     assemble_backend_dir,
     remove_shm_regions,
@@ -53,6 +56,7 @@ from .mirror import mirror_repository
 from .options import ModelControlMode, Ports, ServerOptions, build_argv
 from .ports import LOOPBACK, pick_free_ports, port_is_free
 from .process import die_with_parent, terminate
+from .stub import python_models, stub_problem
 
 logger = logging.getLogger(__name__)
 
@@ -255,6 +259,7 @@ class LocalTritonServer:
         backend_dir = assemble_backend_dir(install, self._workdir / "backends")
         served = replace(options, model_repository=mirror_repository(repo, self._workdir / "repository"))
         env = server_environment(install)
+        self._check_stub(install, env)
         remove_stale_shm_regions()
         self._log_path = options.log_path or self._workdir / "tritonserver.log"
         deadline = time.monotonic() + options.startup_timeout_s
@@ -290,6 +295,13 @@ class LocalTritonServer:
             self.grpc_url,
             self._log_path,
         )
+
+    def _check_stub(self, install: TritonInstall, env: dict[str, str]) -> None:
+        """Refuse at once a repository whose Python models could never load: their stub cannot start here."""
+        models = python_models(self.options.model_repository)
+        problem = stub_problem(install, env) if models else None
+        if problem is not None:
+            raise ServerStartError(f"models {models} cannot load: {problem}")
 
     def _choose_ports(self) -> Ports:
         o = self.options
@@ -330,6 +342,9 @@ class LocalTritonServer:
                 self._raise_exited(code, log_path)
             text, offset = logs.read_from(log_path, offset)
             self._raise_model_failures(logs.model_failures(text), "failed to load")
+            if cause := logs.stub_failure(text):  # Triton 2.51 waits forever for a stub that cannot start
+                models = python_models(self.options.model_repository)
+                raise ServerStartError(f"models {models} cannot load: {cause}", log_tail=logs.read_tail(log_path))
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise ServerStartError(
