@@ -133,31 +133,35 @@ LIBPYTHON = f"libpython{sys.version_info.major}.{sys.version_info.minor}.so.1.0"
 MISSING_LIBPYTHON = LIBPYTHON[:-3] + b"9.9"  # the same length: the binary's string table keeps its layout
 
 
-@pytest.fixture(scope="session")
-def broken_stub_home(triton_install: TritonInstall, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A Triton install whose Python stub cannot link, as on a machine without ``libpython3.X.so.1.0``.
+def make_broken_stub_home(install: TritonInstall, home: Path) -> Path:
+    """A Triton install at ``home`` whose Python stub cannot link, as on a machine without ``libpython3.X.so.1.0``.
 
     The real server and backend (linked, not copied) beside a copy of the real stub whose dynamic section asks
     for ``libpython3.X.so.9.9``: the loader fails exactly as it does where libpython is missing (``--server-path``).
     """
-    if triton_install.stub_path is None or triton_install.python_backend_dir is None:
+    if install.stub_path is None or install.python_backend_dir is None:
         pytest.skip("this Triton install has no Python backend stub for this interpreter")
-    home = tmp_path_factory.mktemp("broken_stub") / "tritonserver"
     (home / "bin").mkdir(parents=True)
     try:  # a hard link keeps the server's own $ORIGIN-relative library path
-        os.link(triton_install.server_path, home / "bin" / "tritonserver")
+        os.link(install.server_path, home / "bin" / "tritonserver")
     except OSError:
-        shutil.copy2(triton_install.server_path, home / "bin" / "tritonserver")
-    (home / "lib").symlink_to(triton_install.lib_dirs[0], target_is_directory=True)
+        shutil.copy2(install.server_path, home / "bin" / "tritonserver")
+    (home / "lib").symlink_to(install.lib_dirs[0], target_is_directory=True)
     python = home / "backends" / "python"
     python.mkdir(parents=True)
     for name in PYTHON_BACKEND_FILES:
-        (python / name).symlink_to(triton_install.python_backend_dir / name)
-    stub = triton_install.stub_path.read_bytes()
+        (python / name).symlink_to(install.python_backend_dir / name)
+    stub = install.stub_path.read_bytes()
     assert stub.count(LIBPYTHON) == 1, "the stub does not name libpython once"
     (python / STUB_NAME).write_bytes(stub.replace(LIBPYTHON, MISSING_LIBPYTHON))
     (python / STUB_NAME).chmod(0o755)
     return home
+
+
+@pytest.fixture(scope="session")
+def broken_stub_home(triton_install: TritonInstall, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``make_broken_stub_home`` once per session."""
+    return make_broken_stub_home(triton_install, tmp_path_factory.mktemp("broken_stub") / "tritonserver")
 
 
 @pytest.fixture(scope="session")
