@@ -252,9 +252,12 @@ def _most_at_once(spans: list[Span]) -> int:
     return most
 
 
+#: Backends where a Triton server runs the model (in this process or remote).
+TRITON_KINDS = frozenset({"triton", "remote"})
+
+
 def _is_triton(backend: BaseBackend) -> bool:
-    """Whether a Triton server runs the model (in this process or remote): it has Triton's statistics."""
-    return hasattr(backend, "statistics")
+    return backend.kind in TRITON_KINDS
 
 
 def _batches(backend: BaseBackend, *, settled_at: int = 0) -> Counter[int]:
