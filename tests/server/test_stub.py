@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from monai_triton_ops.errors import ServerStartError
-from monai_triton_ops.server import LocalTritonServer, ServerState, TritonInstall, find_tritonserver, local, logs
+from monai_triton_ops.server import LocalTritonServer, ServerState, TritonInstall, find_tritonserver, logs, readiness
 from monai_triton_ops.server.environment import server_environment
 from monai_triton_ops.server.stub import python_models, stub_problem, unresolved_libraries
 
@@ -140,7 +140,7 @@ def test_a_stub_failure_only_the_log_shows_ends_the_start_quoting_it(
     Stands in for such a failure by skipping the check (the one thing not real here); the server and the stub's
     failure to link are. Before the scanner, this start waited out its whole deadline.
     """
-    monkeypatch.setattr(local, "stub_problem", lambda install, env: None)
+    monkeypatch.setattr(readiness, "stub_problem", lambda install, env: None)
     repo = write_model(tmp_path / "repo", "add_one", expression="x + 1")
     server = make_server(repo, server_path=broken_stub_home, startup_timeout_s=30.0)  # a hang ends in "not ready"
     with pytest.raises(ServerStartError) as info:
