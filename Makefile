@@ -41,7 +41,7 @@ typecheck: setup
 	$(VENV)/bin/mypy
 
 pytest: setup
-	$(PYTEST) --cov --cov-report=term-missing
+	$(PYTEST) --cov --cov-report=term-missing --durations=25
 
 # No real server, no app runs: the quick loop while editing.
 test-fast: setup

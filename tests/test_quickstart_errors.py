@@ -17,7 +17,7 @@ import pytest
 import torch
 from monai.deploy.core import Application, Image
 
-from monai_triton_ops import InferenceSettings, create_backend, exits, preflight
+from monai_triton_ops import InferenceSettings, create_backend, errors, exits, preflight
 from monai_triton_ops.app_args import app_parser, resolve_backend
 from monai_triton_ops.backends import registry
 from monai_triton_ops.operators.nifti import NiftiImageLoader
@@ -81,6 +81,29 @@ def port_in_use(tmp_path: Path) -> BaseException:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         return raised(LocalTritonServer(tmp_path, grpc_port=sock.getsockname()[1]).start)
+
+
+def stub_cannot_start(tmp_path: Path) -> BaseException:
+    """A repository with a Python model, served where the stub cannot link its libpython (the real stub, renamed)."""
+    from .server.conftest import make_broken_stub_home, write_model
+
+    try:
+        install = find_tritonserver()
+    except exits.ServerError:
+        pytest.skip("no tritonserver installed")
+    home = make_broken_stub_home(install, tmp_path / "broken_stub")
+    return raised(LocalTritonServer(write_model(tmp_path / "stub_repo", "seg"), server_path=home).start)
+
+
+def dead_stub() -> BaseException:
+    """What each Triton backend makes of a dead stub's answer: through the status table, where the message is made.
+
+    Caused for real on all three backends in ``tests/backends/test_contract.py`` (a stub that calls ``os._exit``).
+    """
+    from monai_triton_ops.backends import status
+
+    answer = status.from_triton_code("INTERNAL", "Stub process 'seg_0_0' is not healthy.")
+    return status.to_public(answer, model="seg", url=status.IN_PROCESS)
 
 
 def not_writable(tmp_path: Path) -> BaseException:
@@ -174,6 +197,11 @@ def triggers(tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch) -> dic
         ),
         "grpc_port ... on 127.0.0.1 is already in use by another process": lambda: port_in_use(tmp_path / "empty"),
         "no tritonserver executable at '...'": lambda: raised(lambda: find_tritonserver(tmp_path / "nope")),
+        "models ['seg'] cannot load: the Python backend stub '...' cannot start: libpython... not found; install "
+        "the Python ... shared library ...": lambda: stub_cannot_start(tmp_path),
+        "model 'seg' on ...: the model's backend process is gone (Stub process 'seg_0_0' is not healthy.); ...": (
+            lambda: dead_stub()
+        ),
         "internal error: ValueError: ... (a bug: rerun with -l DEBUG and report the traceback)": lambda: ValueError(
             "an unexpected failure"
         ),
@@ -196,3 +224,51 @@ def test_the_row_is_what_the_code_prints(
     pattern = ".*".join(re.escape(part) for part in message.split("..."))
     assert re.match(pattern, line), f"documented: {message}\nprinted:    {line}"
     assert exits.exit_code(exc) == code
+
+
+# -- the table of classes -------------------------------------------------------------------------------------
+CLASS_ROW = re.compile(r"^\| `(\w+)` \| (.*?) \| .+? \| (\d+) \| (.*?) \|$")
+
+
+def class_table() -> dict[str, tuple[str, int, str]]:
+    """``{class: (built-ins, exit code, codes)}`` from section 4 of the quick start."""
+    text = QUICKSTART.read_text(encoding="utf-8")
+    section = text[text.index("## 4. Errors you may meet") :]
+    return {
+        m.group(1): (m.group(2), int(m.group(3)), m.group(4))
+        for line in section.splitlines()
+        if (m := CLASS_ROW.match(line))
+    }
+
+
+def built_ins(cls: type) -> str:
+    """The most specific built-in exceptions ``cls`` also is, as the table writes them."""
+    found = [c for c in cls.__mro__ if c.__module__ == "builtins" and c not in (Exception, BaseException, object)]
+    return ", ".join(f"`{c.__name__}`" for c in found if not any(o is not c and issubclass(o, c) for o in found))
+
+
+def mapped_codes(cls: type) -> str:
+    """What the status table maps to ``cls``: Triton codes, gRPC statuses, HTTP statuses."""
+    from monai_triton_ops.backends import status
+
+    states = {s for s, c in status.ERROR_CLASSES.items() if c is cls}
+    parts = []
+    for label, table in (("Triton", status.TRITON), ("gRPC", status.GRPC)):
+        names = [f"`{n}`" for n, s in table.items() if s in states]
+        if names:
+            parts.append(f"{label} {' '.join(names)}")
+    numbers = [str(n) for n, s in status.HTTP.items() if s in states]
+    if numbers:
+        parts.append(f"HTTP {' '.join(numbers)}")
+    return "; ".join(parts)
+
+
+def test_the_class_table_is_the_tree_its_exit_codes_and_the_status_table() -> None:
+    rows = class_table()
+    tree = {n: c for n, c in vars(errors).items() if isinstance(c, type) and issubclass(c, errors.MonaiTritonError)}
+    assert sorted(rows) == sorted(tree), "every class of errors.py has one row, and only they"
+    for name, (also, code, codes) in rows.items():
+        cls = tree[name]
+        assert also.strip() == built_ins(cls), name
+        assert code == exits.exit_code(cls("x")), name
+        assert codes.startswith(mapped_codes(cls)), f"{name}: the table maps {mapped_codes(cls)!r}"

@@ -59,13 +59,34 @@ def test_mypy_fails_a_wrong_type_on_a_public_function(scratch: Path) -> None:
     assert "Incompatible return value type" in result.stdout
 
 
-def test_pytest_fails_a_failing_test(tmp_path: Path) -> None:
+def _pytest_project(tmp_path: Path, package: str, test: str) -> Path:
+    """A scratch project with this project's ``pyproject.toml``: a one-module package and one test file."""
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    (tmp_path / "monai_triton_ops").mkdir()
+    (tmp_path / "monai_triton_ops" / "__init__.py").write_text(package)
     (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_broken.py").write_text("def test_broken():\n    assert 1 + 1 == 3\n")
-    result = _run(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", cwd=tmp_path)
-    assert result.returncode == 1
-    assert "1 failed" in result.stdout
+    (tmp_path / "tests" / "test_it.py").write_text(test)
+    return tmp_path
+
+
+def test_a_misspelt_marker_fails_the_run(tmp_path: Path) -> None:
+    """``--strict-markers`` in our addopts: ``@pytest.mark.slwo`` would otherwise put a slow test in ``test-fast``."""
+    test = "import pytest\n\n\n@pytest.mark.slwo\ndef test_it():\n    pass\n"
+    project = _pytest_project(tmp_path, "", test)
+    result = _run(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", cwd=project)
+    assert result.returncode != 0
+    assert "'slwo' not found in `markers` configuration option" in result.stdout + result.stderr
+
+
+def test_coverage_below_the_floor_fails_the_run(tmp_path: Path) -> None:
+    """``make pytest`` runs ``--cov``; our ``fail_under`` turns a passing run below the floor into a failure."""
+    package = "def used():\n    return 1\n\n\n" + "".join(f"def unused_{i}():\n    return {i}\n\n\n" for i in range(9))
+    test = "from monai_triton_ops import used\n\n\ndef test_it():\n    assert used() == 1\n"
+    project = _pytest_project(tmp_path, package, test)
+    result = _run(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--cov", cwd=project)
+    assert "1 passed" in result.stdout
+    assert result.returncode != 0
+    assert "Required test coverage of 85.0% not reached" in result.stdout
 
 
 def test_ci_runs_exactly_the_readme_test_command() -> None:

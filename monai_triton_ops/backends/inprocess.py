@@ -36,7 +36,7 @@ from ..errors import ConfigError, InferenceError, MonaiTritonError
 from ..repository import layout
 from ..repository.signatures import LocalEntry, local_entry
 from ..signature import ModelSignature, TensorSpec
-from . import shared_server
+from . import shared_server, status
 from .arrays import ArrayLike, as_numpy
 from .base import BaseBackend, InferRequest
 from .leases import BufferPool
@@ -175,7 +175,10 @@ class InProcessBackend(BaseBackend):
         server, allocator = self.server.server, self._allocator
         if allocator is None:
             raise InferenceError(f"{self!r}: no response allocator (not open)")
-        triton_request = b.TRITONSERVER_InferenceRequest(server, self.model_name, self.version or -1)
+        try:
+            triton_request = b.TRITONSERVER_InferenceRequest(server, self.model_name, self.version or -1)
+        except b.TritonError as exc:  # e.g. a version the server does not serve: NOT_FOUND, as remotely
+            raise self._error(exc) from exc
         signature = self.signature
         for name, value in request.inputs.items():
             spec = signature.input(name)
@@ -192,9 +195,11 @@ class InProcessBackend(BaseBackend):
             self._requests[key] = triton_request
         try:
             landed = server.infer_async(triton_request)
-        except BaseException:
+        except BaseException as exc:
             with self._requests_lock:
                 self._requests.pop(key, None)
+            if isinstance(exc, b.TritonError):  # refused at submission: the same table as a failure at landing
+                raise self._error(exc) from exc
             raise
         landed.add_done_callback(functools.partial(self._landed, key, pending))
         return result
@@ -217,15 +222,33 @@ class InProcessBackend(BaseBackend):
             pending.result.set_exception(self._error(error))
 
     def _error(self, error: BaseException) -> BaseException:
+        """What the caller sees: a Triton error through the one status table (``status.py``), as remotely."""
         from .. import bindings as b
 
-        if isinstance(error, b.CancelledError):
-            return InferenceError(f"model {self.model_name!r}: the request was cancelled in Triton ({error})")
-        if isinstance(error, b.TritonError) or not isinstance(error, MonaiTritonError):
-            wrapped = InferenceError(f"model {self.model_name!r}: Triton answered {type(error).__name__}: {error}")
-            wrapped.__cause__ = error
-            return wrapped
-        return error
+        if isinstance(error, b.TritonError):
+            public: BaseException = status.to_public(
+                status.from_triton_code(error.code.name, str(error)), model=self.model_name, url=status.IN_PROCESS
+            )
+        elif isinstance(error, MonaiTritonError):
+            return error
+        else:
+            public = InferenceError(f"model {self.model_name!r}: reading Triton's answer failed: {error!r}")
+        public.__cause__ = error
+        return public
+
+    def statistics(self) -> dict[str, Any]:
+        """Triton's inference statistics for this model (executions, requests, batch sizes), as remotely."""
+        from .. import bindings as b
+
+        try:
+            message = self.server.server.model_statistics(self.model_name, self.version or -1)
+        except b.TritonError as exc:
+            raise self._error(exc) from exc
+        try:
+            stats: dict[str, Any] = message.json()
+        finally:
+            message.delete()
+        return stats
 
     def _cancel(self, request: InferRequest) -> None:
         with self._requests_lock:  # held: a request that lands meanwhile is deleted only after this

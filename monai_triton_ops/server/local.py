@@ -12,8 +12,11 @@ What ``start()`` does, in order::
     check given ports      127.0.0.1 only; others picked free                          (PortInUseError)
     temp folder            backends/python/ (symlinks), repository/ (a symlink mirror: nothing is written into
                            the user's repository, see mirror.py) + tritonserver.log
+    stub check             the Python backend stub links here, if the repository has Python models
+                                                                                       (ServerStartError)
     launch                 argv list, own process group, SIGKILL when this thread dies (Linux, prctl)
-    wait, ONE deadline     process alive; no model load failure in the log; /v2/health/live and /ready;
+    wait, ONE deadline     process alive; no model load failure and no stub failure in the log (Triton 2.51
+                           waits forever for a stub that cannot start); /v2/health/live and /ready;
                            every model ready (/v2/models/NAME/ready; repository index for the reason)
                                                                                        (ServerStartError + log tail)
 
@@ -40,7 +43,7 @@ from pathlib import Path
 from types import TracebackType
 
 from ..errors import ConfigError, ModelNotFoundError, PortInUseError, ServerError, ServerStartError
-from . import health, logs
+from . import health, logs, readiness
 from .discovery import find_tritonserver
 from .environment import (
     assemble_backend_dir,
@@ -255,6 +258,7 @@ class LocalTritonServer:
         backend_dir = assemble_backend_dir(install, self._workdir / "backends")
         served = replace(options, model_repository=mirror_repository(repo, self._workdir / "repository"))
         env = server_environment(install)
+        readiness.check_stub(install, env, self.options)
         remove_stale_shm_regions()
         self._log_path = options.log_path or self._workdir / "tritonserver.log"
         deadline = time.monotonic() + options.startup_timeout_s
@@ -329,7 +333,7 @@ class LocalTritonServer:
             if code is not None:
                 self._raise_exited(code, log_path)
             text, offset = logs.read_from(log_path, offset)
-            self._raise_model_failures(logs.model_failures(text), "failed to load")
+            readiness.raise_load_failures(text, self.options, log_path)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise ServerStartError(
@@ -341,44 +345,10 @@ class LocalTritonServer:
                 health.is_live(base, timeout_s=probe)
                 and health.is_ready(base, timeout_s=probe)
                 and health.http_status(self.metrics_url, timeout_s=probe) == 200  # the last service to start
-                and self._models_ready(base, probe)
+                and readiness.models_ready(base, self.options, log_path, timeout_s=probe)
             ):
                 return
             time.sleep(min(_POLL_INTERVAL_S, max(0.0, deadline - time.monotonic())))
-
-    def _models_ready(self, base: str, timeout_s: float) -> bool:
-        index = health.repository_index(base, timeout_s=timeout_s)
-        if index is None:
-            return False
-        known = {str(entry.get("name")) for entry in index}
-        if self.options.models:
-            wanted = set(self.options.models)
-        else:
-            wanted = known if self.options.model_control_mode == "none" else set()
-        missing = sorted(wanted - known)
-        if missing:
-            raise ServerStartError(
-                f"models {missing} are not in the repository {str(self.options.model_repository)!r} "
-                f"(it holds {sorted(known)})"
-            )
-        pending = [name for name in sorted(wanted) if not health.model_is_ready(base, name, timeout_s=timeout_s)]
-        failed = [
-            logs.ModelFailure(str(e["name"]), int(e.get("version") or 0), str(e["reason"]))
-            for e in index
-            if e.get("name") in pending and e.get("state") == "UNAVAILABLE" and e.get("reason")
-        ]
-        self._raise_model_failures(failed, "is unavailable")
-        return not pending
-
-    def _raise_model_failures(self, failures: list[logs.ModelFailure], what: str) -> None:
-        wanted = set(self.options.models)
-        failures = [f for f in failures if not wanted or f.model in wanted]
-        if failures:
-            f = failures[0]
-            raise ServerStartError(
-                f"model {f.model!r} version {f.version} {what}: {f.reason}",
-                log_tail=logs.read_tail(self._log_path) if self._log_path else "",
-            )
 
     def _raise_exited(self, code: int, log_path: Path) -> None:
         text = logs.read_tail(log_path, max_lines=10_000, max_chars=1 << 20)
@@ -393,7 +363,7 @@ class LocalTritonServer:
                 )
             raise _PortTaken()
         tail = logs.read_tail(log_path)
-        self._raise_model_failures(logs.model_failures(text), "failed to load")
+        readiness.raise_model_failures(logs.model_failures(text), "failed to load", self.options, log_path)
         errors = "; ".join(logs.error_lines(text, limit=3))
         raise ServerStartError(
             f"tritonserver exited with code {code} before it was ready" + (f": {errors}" if errors else ""),

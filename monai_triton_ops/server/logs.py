@@ -21,6 +21,16 @@ MAX_LINE_CHARS = 240
 _PORT_IN_USE = re.compile(r"failed to start (\w+) service: .*?Socket '[^']*:(\d+)' already in use")
 # E1202 ... model_lifecycle.cc:642] "failed to load 'bad' version 1: Internal: RuntimeError: boom\n\nAt:\n ..."
 _MODEL_FAILED = re.compile(r"failed to load '([^']+)' version (\d+): (.*)")
+# What a Python-backend stub that cannot start, or dies while its model loads, leaves in the server's log: the
+# dynamic loader's own words (a missing libpython3.X.so.1.0, a symbol version), its embedded interpreter's, or
+# the backend's health check ("Stub process 'add_one_0_0' is not healthy.", python_backend src/python_be.cc).
+_STUB_FAILURES = (
+    (re.compile(r"triton_python_backend_stub: (error while loading shared libraries: .*)"), "cannot start"),
+    (re.compile(r"triton_python_backend_stub: (\S+: version \S+ not found.*)"), "cannot start"),
+    (re.compile(r"(Failed to run python backend stub\. Errno = \d+.*)"), "cannot start"),
+    (re.compile(r"(Fatal Python error: .*)"), "cannot start its interpreter"),
+    (re.compile(r"(Stub process '[^']*' is not healthy\.?)"), "exited while its model loaded"),
+)
 # Error lines that say nothing about the failure on a machine without a GPU.
 _NOISE = re.compile(r"CUDA|Cuda|NVML|DCGM|GPU|pinned memory", re.IGNORECASE)
 
@@ -76,6 +86,21 @@ def model_failures(text: str) -> list[ModelFailure]:
         ModelFailure(m.group(1), int(m.group(2)), _cut(m.group(3).split("\\n")[0].rstrip('" ')))
         for m in _MODEL_FAILED.finditer(text)
     ]
+
+
+def stub_failure(log_text: str) -> str | None:
+    """Why a Python-backend stub could not start or died while loading, in one line quoting the log; else ``None``.
+
+    The first such line of ``log_text`` wins (the earliest cause). Used while a server loads its models: the
+    local server's log, and the in-process server's.
+    """
+    for line in log_text.splitlines():
+        for pattern, what in _STUB_FAILURES:
+            found = pattern.search(line)
+            if found:
+                cause = found.group(1).split("\\n")[0].rstrip('" ')
+                return _cut(f"the Python backend stub {what}: {cause}")
+    return None
 
 
 def error_lines(text: str, *, limit: int = 5) -> list[str]:

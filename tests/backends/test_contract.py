@@ -12,8 +12,14 @@ rather than their result.
 
 from __future__ import annotations
 
+import json
+import re
+import shutil
+import subprocess
+import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -25,7 +31,8 @@ import pytest
 import torch
 from monai.inferers import SimpleInferer, sliding_window_inference
 
-from monai_triton_ops import create_backend
+from monai_triton_ops import create_backend, exits
+from monai_triton_ops.backends.arrays import ArrayFamily
 from monai_triton_ops.backends.base import BackendState, BaseBackend, InferRequest
 from monai_triton_ops.backends.mock import MockBackend
 from monai_triton_ops.backends.options import BackendOptions, parse_options
@@ -34,12 +41,14 @@ from monai_triton_ops.errors import (
     BackendStateError,
     InferenceTimeoutError,
     InputValidationError,
+    ModelNotFoundError,
     MonaiTritonError,
     UsageError,
 )
 from monai_triton_ops.pipeline import Predictor
 from monai_triton_ops.repository.builder import RUNNER, RUNNER_FILENAME, build_repository
-from monai_triton_ops.repository.config import ConfigOptions, render_config
+from monai_triton_ops.repository.config import ConfigOptions, DynamicBatching, render_config
+from monai_triton_ops.repository.layout import resolve_version
 from monai_triton_ops.repository.signatures import local_entry
 from monai_triton_ops.signature import ModelSignature, TensorSpec
 
@@ -54,6 +63,10 @@ class Affine(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * 2.0 + 1.0
+
+
+#: How long Triton holds a request of ``gather`` for others to batch with it.
+GATHER_DELAY_US = 200_000
 
 
 class Slow(torch.nn.Module):
@@ -71,6 +84,7 @@ class Case:
     module: torch.nn.Module  # the eager model: the reference, and what the mock runs
     meta: dict[str, Any]
     max_batch_size: int = 0
+    dynamic_batching: DynamicBatching | None = None
 
 
 CASES = {
@@ -78,6 +92,13 @@ CASES = {
     "two": Case(TwoInTwoOut(), TWO_META),
     "batched": Case(Affine(), nd_format({"x": (3, [4], "float32")}, {"y": (3, [4], "float32")}), max_batch_size=2),
     "slow": Case(Slow(), nd_format({"x": (16, [16], "float32")}, {"y": (16, [16], "float32")})),
+    # Triton gathers the requests it holds at once into one batch: its batch sizes show how many it was sent at once.
+    "gather": Case(
+        Affine(),
+        nd_format({"x": (3, [4], "float32")}, {"y": (3, [4], "float32")}),
+        max_batch_size=8,
+        dynamic_batching=DynamicBatching(max_queue_delay_us=GATHER_DELAY_US),
+    ),
 }
 #: A model with a BYTES input (string lengths), which TorchScript cannot express: config.pbtxt only.
 TEXT = ModelSignature(
@@ -92,7 +113,9 @@ STEPS = 8000
 def _build(repo: Path, scratch: Path) -> Path:
     for name, case in CASES.items():
         model = save_model(case.module, scratch / f"{name}.pt", case.meta)
-        build_repository(model, repo, name, max_batch_size=case.max_batch_size)
+        build_repository(model, repo, name, max_batch_size=case.max_batch_size, dynamic_batching=case.dynamic_batching)
+    # A version on disk that a Triton server does not serve: the default policy serves the latest only.
+    shutil.copytree(repo / "two" / "1", repo / "two" / "2")
     text = repo / "text"
     (text / "1").mkdir(parents=True)
     (text / "config.pbtxt").write_text(render_config(TEXT, ConfigOptions(flavor="python")))
@@ -126,7 +149,8 @@ def _torch(repo: Path) -> Iterator[Factory]:
 def _mock(repo: Path) -> Iterator[Factory]:
     """The model runs eagerly in Python: the double for what a backend does with it."""
 
-    def make(name: str, **options: Any) -> BaseBackend:
+    def make(name: str, *, version: int | None = None, **options: Any) -> BaseBackend:
+        resolve_version(repo, name, version)  # a model or version not on disk: as the real backends say it
         signature = _signature(repo, name)
         typed = parse_options(BackendOptions, options, backend="mock")
         return MockBackend(signature=signature, fn=_eager(name, signature), options=typed)
@@ -226,6 +250,25 @@ def _most_at_once(spans: list[Span]) -> int:
         current += step
         most = max(most, current)
     return most
+
+
+#: Backends where a Triton server runs the model (in this process or remote).
+TRITON_KINDS = frozenset({"triton", "remote"})
+
+
+def _is_triton(backend: BaseBackend) -> bool:
+    return backend.kind in TRITON_KINDS
+
+
+def _batches(backend: BaseBackend, *, settled_at: int = 0) -> Counter[int]:
+    """``{batch size: executions}`` from Triton's statistics, once they count ``settled_at`` inferences (they lag)."""
+    deadline = time.monotonic() + 10
+    while True:
+        (stats,) = backend.statistics()["model_stats"]  # type: ignore[attr-defined]
+        sizes = Counter({int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats.get("batch_stats", [])})
+        if sum(s * n for s, n in sizes.items()) >= settled_at or time.monotonic() > deadline:
+            return sizes
+        time.sleep(0.05)
 
 
 def _image(*shape: int, seed: int = 0) -> np.ndarray:
@@ -383,7 +426,11 @@ def test_a_batch_of_7_against_max_batch_size_2_gives_exactly_the_unsplit_result(
 
 
 def test_requests_overlap_up_to_max_in_flight_and_never_more(make: Factory) -> None:
+    """Where the model runs in this process, a request handed over is the model running (the mock records it too);
+    a Triton server queues what it is sent, so for those backends the next test reads the server's batches."""
     backend = make("slow", max_in_flight=2)
+    if _is_triton(backend):
+        pytest.skip("a Triton server queues requests: test_a_triton_server_is_never_sent_more_than_max_in_flight")
     spans = _record(backend)
     futures = [backend.submit({"x": _slow(STEPS // 4)}) for _ in range(5)]
     assert backend.in_flight <= 2
@@ -396,13 +443,36 @@ def test_requests_overlap_up_to_max_in_flight_and_never_more(make: Factory) -> N
         assert _most_at_once(ran) == 2
 
 
-def test_a_deadline_shorter_than_the_run_raises_and_the_next_request_works(make: Factory) -> None:
+def test_a_triton_server_is_never_sent_more_than_max_in_flight(make: Factory) -> None:
+    """Read from the server itself: it batches whatever it holds at once (``gather`` waits 0.2 s for company), so a
+    batch larger than ``max_in_flight`` means it was sent more at once; a batch of exactly that, that it was sent
+    that many (the requests did overlap)."""
+    backend = make("gather", max_in_flight=2)
+    if not _is_triton(backend):
+        pytest.skip("no server: the model runs where the backend hands it the request (the test above)")
+    before = _batches(backend)
+    inputs = [_image(1, 3, 4, seed=i) for i in range(6)]
+    futures = [backend.submit({"x": x}) for x in inputs]
+    for x, future in zip(inputs, futures, strict=True):
+        (out,) = future.result(timeout=120).values()
+        np.testing.assert_array_equal(out, x * 2.0 + 1.0)
+    batches = _batches(backend, settled_at=sum(s * n for s, n in before.items()) + len(inputs)) - before
+    assert sum(size * count for size, count in batches.items()) == len(inputs), batches
+    assert max(batches) == 2, f"batch sizes the server ran: {dict(batches)}"
+
+
+def test_a_missed_deadline_is_what_a_caller_catches_as_timeout_error(make: Factory) -> None:
+    """Caught the way a caller that knows only the built-ins writes it, from a deadline that really passed."""
     backend = make("slow")
     took = _timed_run(backend, STEPS)
-    with pytest.raises(InferenceTimeoutError, match=r"model 'slow': no answer within the deadline of .* \(waited"):
+    with pytest.raises(TimeoutError) as info:
         backend.infer({"x": _slow(STEPS)}, timeout_s=took / 10)
-    assert isinstance(InferenceTimeoutError("x"), TimeoutError)
-    (out,) = backend.infer({"x": _slow(1)}, timeout_s=60).values()
+    assert type(info.value) is InferenceTimeoutError
+    assert re.match(r"model 'slow': no answer within the deadline of .* \(waited", str(info.value))
+    assert exits.exit_code(info.value) == exits.UNAVAILABLE
+    late = backend.submit({"x": _slow(STEPS)}, timeout_s=took / 10).exception(timeout=120)
+    assert type(late) is InferenceTimeoutError  # the same through a future
+    (out,) = backend.infer({"x": _slow(1)}, timeout_s=60).values()  # and the next request works
     np.testing.assert_array_equal(out, _slow(1))
 
 
@@ -488,3 +558,116 @@ def test_bytes_inputs_work_or_fail_with_a_clear_error(factory: Factory) -> None:
     assert "model 'text'" in message
     assert "'text'" in message.replace("model 'text'", "")
     assert "BYTES" in message
+
+
+# -- the same failure raises the same class on every backend where it can happen -------------------------------
+def test_an_unknown_model_is_model_not_found(factory: Factory) -> None:
+    with pytest.raises(ModelNotFoundError, match=r"'nope'"):
+        factory("nope").open()
+
+
+def test_a_version_not_on_disk_is_model_not_found(factory: Factory) -> None:
+    with pytest.raises(ModelNotFoundError, match=r"'unet'.* version 3"):
+        factory("unet", version=3).open()
+
+
+def test_a_version_the_server_does_not_serve_is_model_not_found(factory: Factory) -> None:
+    """``two`` has versions 1 and 2 on disk; Triton's default policy serves the latest only. A backend that loads the
+    file itself (torch, mock) serves any version on disk, so there is no such failure there."""
+    backend = factory("two", version=1)
+    if not _is_triton(backend):
+        pytest.skip("the model file is loaded directly: every version on disk is served")
+    inputs = {"image": _image(1, 2, 3, 3), "offset": np.array([[1]], dtype=np.int64)}
+    with pytest.raises(ModelNotFoundError, match=r"model 'two'.*version 1"), backend:
+        backend.infer(inputs)
+
+
+def test_a_request_the_server_refuses_is_input_validation_error(make: Factory) -> None:
+    """What our checks let through and Triton refuses reads the same on every Triton backend. The request is built
+    by hand, as a backend receives it, to get past the checks that otherwise refuse it first (same class)."""
+    backend = make("unet")
+    if not _is_triton(backend):
+        pytest.skip("no server to refuse it: the checks before the backend are the refusal (tested above)")
+    name = backend.signature.inputs[0].name
+    request = InferRequest(
+        model="unet",
+        inputs={name: np.zeros((1, 1, 8, 8), np.float32)},  # rank 4 for a rank-5 input
+        outputs=backend.signature.output_names,
+        family=ArrayFamily("numpy"),
+        deadline=time.monotonic() + 60,
+    )
+    with pytest.raises(InputValidationError, match=r"model 'unet' on .*: the server refused the request: .*shape"):
+        backend._submit(request).result(timeout=60)
+
+
+CHILD = """
+import json, sys
+import numpy as np
+from monai_triton_ops import create_backend
+from monai_triton_ops.server import LocalTritonServer
+
+repo, outcome = sys.argv[1], {}
+
+def record(key, call):
+    try:
+        call()
+        outcome[key] = "ok"
+    except Exception as exc:
+        outcome[key] = type(exc).__name__ + ": " + str(exc).splitlines()[0]
+
+server = LocalTritonServer(repo, stop_timeout_s=2.0).start()
+specs = {"triton": "triton?exit_timeout_s=1", "grpc": server.grpc_url + "?retries=0&shared_memory=none",
+         "http": server.http_url + "?retries=0&shared_memory=none"}
+fine = {}
+for kind, spec in specs.items():
+    crashing = create_backend(spec, "crashing", model_repository=repo).open()
+    for attempt in ("kills", "finds dead"):
+        record(f"{kind}: the stub {attempt}", lambda: crashing.infer({"INPUT__0": -np.ones(3, np.float32)}))
+    fine[kind] = create_backend(spec, "fine", model_repository=repo).open()
+    record(f"{kind}: another model", lambda: fine[kind].infer({"INPUT__0": np.ones(3, np.float32)}))
+server.stop()
+for kind in ("grpc", "http"):
+    record(f"{kind}: the server stopped", lambda: fine[kind].infer({"INPUT__0": np.ones(3, np.float32)}))
+print(json.dumps(outcome), flush=True)
+"""
+
+
+@pytest.mark.triton
+@pytest.mark.slow
+def test_a_dead_stub_and_a_stopped_server_are_server_unavailable_on_every_triton_backend(tmp_path: Path) -> None:
+    """Triton 2.51 reports a dead stub only as INTERNAL "Stub process ... is not healthy" and keeps the model READY:
+    the table reads it as the server side gone (``ServerUnavailableError``, exit 3), on every wire. In a child
+    process: a dead stub leaves an in-process server that cannot be stopped cleanly (Triton 2.51)."""
+    from monai_triton_ops.server import find_tritonserver
+    from monai_triton_ops.server.environment import remove_shm_regions
+
+    from ..server.conftest import write_model
+
+    try:
+        find_tritonserver()
+    except MonaiTritonError as exc:
+        pytest.skip(f"no tritonserver: {exc}")
+    repo = write_model(tmp_path / "repo", "fine")
+    write_model(repo, "crashing", expression='__import__("os")._exit(1) if x.size and x.reshape(-1)[0] < 0 else x')
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(repo)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        stdout, stderr = child.communicate(timeout=300)
+        outcome = json.loads(stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        pytest.fail(f"the child reported nothing (exit {child.returncode}): {stderr[-3000:]}")
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+        remove_shm_regions(f"monai_triton_{child.pid}_")  # what a server of a crashed process could not remove
+    for kind in ("triton", "grpc", "http"):
+        assert outcome[f"{kind}: another model"] == "ok"
+        for attempt in ("kills", "finds dead"):
+            assert outcome[f"{kind}: the stub {attempt}"].startswith("ServerUnavailableError: model 'crashing' on "), (
+                outcome
+            )
+            assert "Stub process 'crashing_0_0' is not healthy" in outcome[f"{kind}: the stub {attempt}"]
+    for kind in ("grpc", "http"):
+        assert outcome[f"{kind}: the server stopped"].startswith("ServerUnavailableError: model 'fine' on "), outcome

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import sys
 import tempfile
 import textwrap
 import time
@@ -21,6 +23,7 @@ import pytest
 
 from monai_triton_ops.errors import ServerNotFoundError
 from monai_triton_ops.server import LocalTritonServer, TritonInstall, find_tritonserver
+from monai_triton_ops.server.discovery import PYTHON_BACKEND_FILES, STUB_NAME
 from monai_triton_ops.server.environment import SHM_DIR
 from monai_triton_ops.server.environment import pid_exists as process_exists
 
@@ -35,10 +38,10 @@ instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 """
 
 #: model.py moving tensors with DLPack only: the 2.51 stub is built against numpy 1.x, and with numpy 2
-#: ``pb_utils.Tensor(name, ndarray)`` / ``.as_numpy()`` silently carry 0 bytes.
+#: ``pb_utils.Tensor(name, ndarray)`` / ``.as_numpy()`` silently carry 0 bytes. numpy, not torch: a stub that
+#: imports torch takes 5-25 s to load its model on this machine, one that imports numpy a fraction of a second.
 MODEL_PY = """\
-import torch
-import torch.utils.dlpack
+import numpy as np
 import triton_python_backend_utils as pb_utils
 
 
@@ -49,9 +52,9 @@ class TritonPythonModel:
     def execute(self, requests):
         responses = []
         for request in requests:
-            x = torch.from_dlpack(pb_utils.get_input_tensor_by_name(request, "INPUT__0").to_dlpack())
-            y = ({expression}).contiguous()
-            out = pb_utils.Tensor.from_dlpack("OUTPUT__0", torch.utils.dlpack.to_dlpack(y))
+            x = np.from_dlpack(pb_utils.get_input_tensor_by_name(request, "INPUT__0"))
+            y = np.array({expression}, order="C")  # a writable copy: DLPack cannot export a read-only array
+            out = pb_utils.Tensor.from_dlpack("OUTPUT__0", y)
             responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
         return responses
 """
@@ -123,6 +126,42 @@ def triton_install() -> TritonInstall:
         return find_tritonserver()
     except ServerNotFoundError as exc:
         pytest.skip(f"no tritonserver: {exc}")
+
+
+#: The stub's own name for the library it embeds Python from; the broken copy asks for one no machine has.
+LIBPYTHON = f"libpython{sys.version_info.major}.{sys.version_info.minor}.so.1.0".encode()
+MISSING_LIBPYTHON = LIBPYTHON[:-3] + b"9.9"  # the same length: the binary's string table keeps its layout
+
+
+def make_broken_stub_home(install: TritonInstall, home: Path) -> Path:
+    """A Triton install at ``home`` whose Python stub cannot link, as on a machine without ``libpython3.X.so.1.0``.
+
+    The real server and backend (linked, not copied) beside a copy of the real stub whose dynamic section asks
+    for ``libpython3.X.so.9.9``: the loader fails exactly as it does where libpython is missing (``--server-path``).
+    """
+    if install.stub_path is None or install.python_backend_dir is None:
+        pytest.skip("this Triton install has no Python backend stub for this interpreter")
+    (home / "bin").mkdir(parents=True)
+    try:  # a hard link keeps the server's own $ORIGIN-relative library path
+        os.link(install.server_path, home / "bin" / "tritonserver")
+    except OSError:
+        shutil.copy2(install.server_path, home / "bin" / "tritonserver")
+    (home / "lib").symlink_to(install.lib_dirs[0], target_is_directory=True)
+    python = home / "backends" / "python"
+    python.mkdir(parents=True)
+    for name in PYTHON_BACKEND_FILES:
+        (python / name).symlink_to(install.python_backend_dir / name)
+    stub = install.stub_path.read_bytes()
+    assert stub.count(LIBPYTHON) == 1, "the stub does not name libpython once"
+    (python / STUB_NAME).write_bytes(stub.replace(LIBPYTHON, MISSING_LIBPYTHON))
+    (python / STUB_NAME).chmod(0o755)
+    return home
+
+
+@pytest.fixture(scope="session")
+def broken_stub_home(triton_install: TritonInstall, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``make_broken_stub_home`` once per session."""
+    return make_broken_stub_home(triton_install, tmp_path_factory.mktemp("broken_stub") / "tritonserver")
 
 
 @pytest.fixture(scope="session")

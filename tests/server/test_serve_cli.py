@@ -20,7 +20,7 @@ import pytest
 
 from monai_triton_ops.server import TritonInstall
 
-from .conftest import assert_server_gone, kill_group
+from .conftest import MISSING_LIBPYTHON, assert_server_gone, kill_group, write_model
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
@@ -129,9 +129,10 @@ def test_serve_until_signal(
     assert not list(repo.rglob("__pycache__")), "serving wrote into the user's repository"
 
 
-def test_ctrl_c_while_starting(serve: type[Serve], demo_repo: Path) -> None:
+def test_ctrl_c_while_starting(serve: type[Serve], tmp_path: Path) -> None:
     """Interrupted before ready: the start is abandoned, the server stopped, exit status 130."""
-    run = serve([str(demo_repo)])
+    repo = write_model(tmp_path / "repo", "slow_to_load", initialize="import time\ntime.sleep(120)")
+    run = serve([str(repo)])
     run.wait_for(r"tritonserver launched \(pid \d+\)", stderr=True)
     run.process.send_signal(signal.SIGINT)
     assert run.process.wait(timeout=60) == 130
@@ -147,3 +148,15 @@ def test_serve_port_in_use(serve: type[Serve], demo_repo: Path) -> None:
         run = serve([str(demo_repo), "--grpc-port", str(port)])
         run.wait_for(f"^error: grpc_port {port} on 127.0.0.1 is already in use", stderr=True, timeout_s=60)
         assert run.process.wait(timeout=60) == 2
+
+
+def test_serve_a_repository_whose_stub_cannot_start_exits_3_with_one_line(
+    serve: type[Serve], broken_stub_home: Path, tmp_path: Path
+) -> None:
+    """No libpython for the stub: one error line naming the library and the fix, exit 3, long before the deadline."""
+    repo = write_model(tmp_path / "repo", "add_one", expression="x + 1")
+    run = serve([str(repo), "--server-path", str(broken_stub_home), "--startup-timeout", "30"])
+    line = run.wait_for(r"^error: ", stderr=True, timeout_s=60).string
+    assert line.startswith("error: models ['add_one'] cannot load: the Python backend stub ")
+    assert f"cannot start: {MISSING_LIBPYTHON.decode()} not found; install the Python" in line
+    assert run.process.wait(timeout=60) == 3

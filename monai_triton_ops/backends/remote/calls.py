@@ -184,8 +184,8 @@ class Call:
         if isinstance(exc, InferenceTimeoutError) and self._attempt > 1:
             exc = InferenceTimeoutError(f"{exc} (after {self._attempt} attempts)")
         text = [n for n in self.request.inputs if self.context.signature.input(n).dtype == "BYTES"]
-        if text and error.status is Status.INTERNAL:  # what we know about this request, not what the message says
-            exc = InferenceError(
+        if text and error.status in (Status.INTERNAL, Status.MODEL_DOWN):  # what we know, not what the message says
+            exc = type(exc)(
                 f"{exc} (the request carried BYTES input(s) {text}; a Python-backend model on Triton 2.51 cannot "
                 "decode BYTES when its stub sees numpy 2)"
             )

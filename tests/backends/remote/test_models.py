@@ -103,7 +103,7 @@ def test_bytes_input_works_or_fails_clearly(server: LocalTritonServer, open_back
     text = np.array([b"", b"a\x00\x00", "é".encode(), b"x" * 70000], dtype=np.object_)
     try:
         outcome: object = backend.infer({"TEXT": text})["COUNT"].tolist()
-    except InferenceError as exc:
+    except (InferenceError, ServerUnavailableError) as exc:  # the stub dies: the model is gone (status table)
         outcome = str(exc)
     assert outcome == [4] or "model 'bytes_count'" in str(outcome)
 

@@ -1,0 +1,75 @@
+"""Whether a starting server's models are ready, or can never be: what ``LocalTritonServer`` polls while it waits.
+
+A model that failed to load, a Python-backend stub that cannot start or died while loading, a model name the
+repository does not hold: each ends the wait at once with a ``ServerStartError`` naming the model and quoting
+Triton (the log tail attached), instead of waiting out the startup deadline. Triton 2.51 reports the stub's
+failure to start only in its log, and then waits for that stub forever.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from ..errors import ServerStartError
+from . import health, logs
+from .discovery import TritonInstall
+from .options import ServerOptions
+from .stub import python_models, stub_problem
+
+
+def check_stub(install: TritonInstall, env: Mapping[str, str], options: ServerOptions) -> None:
+    """Refuse at once a repository whose Python models could never load: their stub cannot start here."""
+    models = python_models(options.model_repository)
+    problem = stub_problem(install, env) if models else None
+    if problem is not None:
+        raise ServerStartError(f"models {models} cannot load: {problem}")
+
+
+def raise_load_failures(text: str, options: ServerOptions, log_path: Path) -> None:
+    """Raise for a model that failed to load, or a stub failure, in ``text`` (the log written since the last look)."""
+    raise_model_failures(logs.model_failures(text), "failed to load", options, log_path)
+    if cause := logs.stub_failure(text):
+        models = python_models(options.model_repository)
+        raise ServerStartError(f"models {models} cannot load: {cause}", log_tail=logs.read_tail(log_path))
+
+
+def models_ready(base: str, options: ServerOptions, log_path: Path, *, timeout_s: float) -> bool:
+    """Whether every wanted model is ready (the server at ``base``); raise when one never will be."""
+    index = health.repository_index(base, timeout_s=timeout_s)
+    if index is None:
+        return False
+    known = {str(entry.get("name")) for entry in index}
+    if options.models:
+        wanted = set(options.models)
+    elif options.model_control_mode == "none":
+        wanted = known
+    else:
+        wanted = set()
+    missing = sorted(wanted - known)
+    if missing:
+        raise ServerStartError(
+            f"models {missing} are not in the repository {str(options.model_repository)!r} (it holds {sorted(known)})"
+        )
+    pending = [name for name in sorted(wanted) if not health.model_is_ready(base, name, timeout_s=timeout_s)]
+    failed = [
+        logs.ModelFailure(str(e["name"]), int(e.get("version") or 0), str(e["reason"]))
+        for e in index
+        if e.get("name") in pending and e.get("state") == "UNAVAILABLE" and e.get("reason")
+    ]
+    raise_model_failures(failed, "is unavailable", options, log_path)
+    return not pending
+
+
+def raise_model_failures(
+    failures: list[logs.ModelFailure], what: str, options: ServerOptions, log_path: Path | None
+) -> None:
+    """Raise for the first failure of a wanted model (every model, when none was named)."""
+    wanted = set(options.models)
+    failures = [f for f in failures if not wanted or f.model in wanted]
+    if failures:
+        f = failures[0]
+        raise ServerStartError(
+            f"model {f.model!r} version {f.version} {what}: {f.reason}",
+            log_tail=logs.read_tail(log_path) if log_path else "",
+        )
