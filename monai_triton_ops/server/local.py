@@ -40,8 +40,9 @@ from pathlib import Path
 from types import TracebackType
 
 from ..errors import ConfigError, ModelNotFoundError, PortInUseError, ServerError, ServerStartError
+from ..repository.servable import load_failure
 from . import health, logs
-from .discovery import find_tritonserver
+from .discovery import TritonInstall, find_tritonserver
 from .environment import (
     assemble_backend_dir,
     remove_shm_regions,
@@ -121,6 +122,7 @@ class LocalTritonServer:
         self._ports: Ports | None = None
         self._shm_prefix = shm_prefix()
         self._terminated: set[int] = set()
+        self._install: TritonInstall | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> LocalTritonServer:
@@ -246,7 +248,7 @@ class LocalTritonServer:
         repo = options.model_repository
         if not repo.is_dir():
             raise ModelNotFoundError(f"model repository {str(repo)!r} is not a folder")
-        install = find_tritonserver(options.server_path)
+        install = self._install = find_tritonserver(options.server_path)
         given = {"http_port": options.http_port, "grpc_port": options.grpc_port, "metrics_port": options.metrics_port}
         for name, port in given.items():
             if port is not None and not port_is_free(port):
@@ -375,6 +377,9 @@ class LocalTritonServer:
         failures = [f for f in failures if not wanted or f.model in wanted]
         if failures:
             f = failures[0]
+            hint = load_failure(self.options.model_repository / f.model, self._install, f.reason, where="tritonserver")
+            if hint is not None:  # the model's config.pbtxt explains it: one error, with the fix
+                raise hint
             raise ServerStartError(
                 f"model {f.model!r} version {f.version} {what}: {f.reason}",
                 log_tail=logs.read_tail(self._log_path) if self._log_path else "",
