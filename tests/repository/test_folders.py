@@ -131,3 +131,17 @@ def test_check_needs_a_repository_or_a_server(capsys: pytest.CaptureFixture[str]
     assert capsys.readouterr().err == "error: monai-triton repo check: give a model repository, --server URL, or both\n"
     assert main(["repo", "check", "--server", "ftp://x:1"]) == 2
     assert "server URL 'ftp://x:1': expected grpc://HOST:PORT" in capsys.readouterr().err
+
+
+def test_a_server_model_that_is_not_ready_is_a_problem_with_its_reason(client_side: Path) -> None:
+    """What ``repo check --server`` makes of an index entry the server could not load (the entries as it reports)."""
+    from monai_triton_ops.repository.served import ServedModel, against_server, parse_url, render_served
+
+    served = [ServedModel(name="spleen_ct", version="1", state="UNAVAILABLE", reason="instance group has KIND_GPU")]
+    [report] = against_server(check_repository(client_side), served, "http://triton:8000")
+    assert report.problems[-1] == "on the server http://triton:8000 but UNAVAILABLE: instance group has KIND_GPU"
+    text = render_served(served, "http://triton:8000").splitlines()
+    assert text[2].split() == ["spleen_ct", "1", "UNAVAILABLE", "-", "-", "-"]
+    assert text[3] == "spleen_ct: UNAVAILABLE: instance group has KIND_GPU"
+    assert parse_url("triton:8000") == ("http", "triton:8000", False)
+    assert parse_url("grpcs://triton:8001") == ("grpc", "triton:8001", True)
