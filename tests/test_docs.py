@@ -8,8 +8,9 @@ pages are held to it too) carries a marker on the line before its opening fence:
     <!-- docs-test: tested by tests/apps/x.py -->  another test runs it (the file must exist)
     <!-- docs-test: not run: REASON -->           it cannot run in a test (Docker, minutes of benchmark, ...)
 
-The sandbox is a folder holding what the examples name: a copy of ``model_repository/``, ``model.pt`` /
-``model.ts`` (a small UNet with MONAI metadata), ``plain.pt`` (the same without), and ``.venv`` and ``apps``
+The sandbox is a fresh folder per block holding what the examples name: a copy of ``model_repository/``,
+``model.pt`` / ``model.ts`` (a small UNet with MONAI metadata), ``plain.pt`` (the same without),
+``models_client_side/seg`` (a client-side config like the App SDK remote example's), and ``.venv`` and ``apps``
 linked from the checkout; ``monai-triton`` is on ``PATH``. Bash runs with ``-euo pipefail``; a
 ``monai-triton serve`` line runs until it has listed its models, then gets Ctrl-C (SIGINT) and must exit 0.
 Python blocks run in a fresh interpreter. The ``server`` given is one local tritonserver over the sandbox's
@@ -51,6 +52,20 @@ GIVENS = {
     """,
     "server": "",  # the address of the module's server, put in place of triton.example
 }
+
+
+#: ``models_client_side/seg``: the App SDK remote example's client-side config, for the sandbox's UNet (3 classes).
+CLIENT_SIDE_CONFIG = """
+platform: "pytorch_libtorch"
+max_batch_size: 16
+default_model_filename: "model_seg_v1.ts"
+input [ { name: "INPUT_0" data_type: TYPE_FP32 dims: [ 1, 96, 96, 96 ] } ]
+output [ { name: "OUTPUT_0" data_type: TYPE_FP32 dims: [ 3, 96, 96, 96 ] } ]
+version_policy: { latest: { num_versions: 1 } }
+instance_group [ { kind: KIND_GPU count: 1 } ]
+dynamic_batching { preferred_batch_size: [ 4, 8, 16 ] max_queue_delay_microseconds: 1000 }
+parameters: { key: "DISABLE_OPTIMIZED_EXECUTION" value: { string_value: "true" } }
+"""
 
 
 @dataclass(frozen=True)
@@ -126,6 +141,9 @@ def sandbox(model_files: Path, tmp_path: Path) -> Path:
         shutil.copyfile(model_files / name, tmp_path / name)
     for name in (".venv", "apps"):
         (tmp_path / name).symlink_to(ROOT / name, target_is_directory=True)
+    client_side = tmp_path / "models_client_side" / "seg"
+    client_side.mkdir(parents=True)
+    (client_side / "config.pbtxt").write_text(CLIENT_SIDE_CONFIG)
     return tmp_path
 
 
