@@ -58,6 +58,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--plots", type=Path, default=ROOT / "output" / "bench", help="folder for the PNGs")
     parser.add_argument("--json", type=Path, help="also write every timed call to this file")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--from-json", type=Path, metavar="FILE", help="no run: tables and plots from a --json file")
     return parser.parse_args(argv)
 
 
@@ -68,6 +69,10 @@ def chosen(entries: dict[str, paths.Make], args: argparse.Namespace) -> dict[str
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.from_json is not None:
+        saved = json.loads(args.from_json.read_text())
+        print(summary([(int(size), times) for size, times in saved["w1"].items()], saved["w2"], args))
+        return 0
     w1_entries, w2_entries = chosen(paths.W1_PATHS, args), chosen(paths.W2_PATHS, args)
     if not args.w2_rounds:
         w2_entries = {}

@@ -50,13 +50,15 @@ def plot_w1(rows: Sequence[tuple[int, Times]], path: Path) -> Path:
     """Latency (ms, log) against tensor size (MB, log), one line per path; returns ``path`` (a PNG)."""
     plt = _pyplot()
     sizes_mb = [BYTES_PER_VOXEL * size**3 / 1e6 for size, _ in rows]
-    figure, axes = plt.subplots(figsize=(8, 5), dpi=100)
+    figure, axes = plt.subplots(figsize=(10, 5), dpi=100)
     markers = "os^vD<>pXh*"
+    colors = plt.get_cmap("tab20").colors
     for index, label in enumerate(rows[0][1]):
         values = [median(times, label) for _, times in rows]
         style = "-" if "backend" in label else "--"  # this package's backends solid, the references dashed
-        axes.plot(sizes_mb, values, style, marker=markers[index % len(markers)], linewidth=1.2, markersize=4,
-                  label=label)  # fmt: skip
+        color = colors[(2 * index) % len(colors) + (2 * index) // len(colors)]  # 20 distinct, dark ones first
+        axes.plot(sizes_mb, values, style, color=color, marker=markers[index % len(markers)], linewidth=1.2,
+                  markersize=4, label=label)  # fmt: skip
     axes.set_xscale("log")
     axes.set_yscale("log")
     axes.set_xticks(sizes_mb, [f"{size}^3\n{mb:.2g} MB" for (size, _), mb in zip(rows, sizes_mb, strict=True)])
@@ -65,7 +67,7 @@ def plot_w1(rows: Sequence[tuple[int, Times]], path: Path) -> Path:
     axes.set_ylabel("median ms per request (log)")
     axes.set_title("W1: one request of an identity model, per path")
     axes.grid(True, which="major", alpha=0.3)
-    axes.legend(fontsize=7, loc="upper left")
+    axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return _save(figure, path)
 
 
@@ -76,15 +78,17 @@ def plot_w2(times: Times, path: Path) -> Path:
     medians = [median(times, label) / 1000 for label in labels]
     lows = [m - spread(times, label)[0] / 1000 for m, label in zip(medians, labels, strict=True)]
     highs = [spread(times, label)[1] / 1000 - m for m, label in zip(medians, labels, strict=True)]
-    figure, axes = plt.subplots(figsize=(8, 0.5 * len(labels) + 1.5), dpi=100)
+    figure, axes = plt.subplots(figsize=(9, 0.5 * len(labels) + 1.5), dpi=100)
     axes.barh(labels, medians, xerr=[lows, highs], color="#4c72b0", capsize=3)
     axes.invert_yaxis()
     axes.set_xscale("log" if max(medians) > 20 * min(medians) else "linear")
     axes.set_xlabel("seconds per volume (median; whiskers: fastest and slowest run)")
-    axes.set_title("W2: the sample app's sliding window on the full MNI T1, per backend")
+    axes.set_title("W2: the sample app's sliding window on the full MNI T1", fontsize=11)
     axes.grid(True, axis="x", alpha=0.3)
-    for y, value in enumerate(medians):
-        axes.annotate(f"{value:.2f} s", (value, y), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
+    for y, (value, high) in enumerate(zip(medians, highs, strict=True)):  # past the whisker
+        axes.annotate(f"{value:.2f} s", (value + high, y), xytext=(6, 0), textcoords="offset points", va="center",
+                      fontsize=8)  # fmt: skip
+    axes.margins(x=0.12)
     return _save(figure, path)
 
 
