@@ -8,7 +8,7 @@ backend and ``monai-triton serve`` (this machine's Triton), the remote backends,
 
 When a Triton server fails to load a model, ``load_failure`` reads the model's ``config.pbtxt`` and
 the server's install (never Triton's message text) and, when the configuration explains it, returns
-one ``ModelLoadError`` that names the fix::
+one ``ModelLoadError`` (``model 'x' failed to load in WHERE: its config.pbtxt ...``) that names the fix::
 
     a backend the server lacks (libtorch on the wheel's server)   ->  repo build ... --flavor python
     KIND_GPU instances on a machine without a GPU                 ->  repo build ... --instance-kind cpu
@@ -111,7 +111,7 @@ def wants_gpu(config: Any) -> bool:
 
 
 def unservable(config: Any, capabilities: Capabilities) -> list[str]:
-    """Why a Triton server with ``capabilities`` cannot load a model configured so, each with its fix."""
+    """Why a Triton server with ``capabilities`` cannot load a model configured so: "what config.pbtxt asks; fix"."""
     name = str(config.name)
     found = []
     backend = backend_of(config)
@@ -119,12 +119,10 @@ def unservable(config: Any, capabilities: Capabilities) -> list[str]:
         have = ", ".join(sorted(capabilities.backends)) or "none"
         what = f"platform {config.platform!r}" if config.platform else f"backend {backend!r}"
         fix = FIX_FLAVOR.format(name=name) if backend == "pytorch" else f"serve it on a Triton with {backend!r}"
-        found.append(
-            f"model {name!r} needs Triton's {backend!r} backend ({what}), which this server does not have "
-            f"(it has: {have}); {fix}"
-        )
+        lacking = f"which this server does not have (it has: {have})"
+        found.append(f"needs Triton's {backend!r} backend ({what}), {lacking}; {fix}")
     if wants_gpu(config) and capabilities.gpus == 0:
-        found.append(f"model {name!r} asks for KIND_GPU instances and this machine has no GPU; {FIX_INSTANCE_KIND}")
+        found.append(f"asks for KIND_GPU instances and this machine has no GPU; {FIX_INSTANCE_KIND}")
     return found
 
 
@@ -143,7 +141,7 @@ def load_failure(
     if not found:
         return None
     told = f" (Triton: {reason.strip().splitlines()[0]})" if reason.strip() else ""
-    return ModelLoadError(f"{found[0]} [failed to load in {where}]{told}")
+    return ModelLoadError(f"model {config.name!r} failed to load in {where}: its config.pbtxt {found[0]}{told}")
 
 
 def _config_or_none(model_dir: Path) -> Any:
@@ -190,7 +188,7 @@ def uses(kind: str, config: Any, capabilities: Capabilities | None) -> tuple[lis
     else:
         problems = unservable(config, capabilities)
         if problems:
-            no.append(f"the triton backend and monai-triton serve: {problems[0].split('; ', 1)[0]}")
+            no.append(f"the triton backend and monai-triton serve: config.pbtxt {problems[0].split('; ', 1)[0]}")
         else:
             yes.append("the triton backend and monai-triton serve")
     if config is not None:

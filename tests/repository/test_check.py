@@ -40,7 +40,7 @@ def test_check_lists_every_model_with_its_tensors(built: Path, capsys: pytest.Ca
     assert "seg: use: the triton backend and monai-triton serve" in out
     assert "two: use: NGC Triton containers" in out
     assert (
-        "two: not: the triton backend and monai-triton serve: model 'two' needs Triton's 'pytorch' backend "
+        "two: not: the triton backend and monai-triton serve: config.pbtxt needs Triton's 'pytorch' backend "
         "(platform 'pytorch_libtorch'), which this server does not have (it has: python)"
     ) in out
 

@@ -110,11 +110,12 @@ def test_another_platform_and_a_gpu_config(
     assert reports["onnx"].problems == ()
     assert reports["onnx"].not_uses == (
         "the torch backend (no TorchScript file)",
-        "the triton backend and monai-triton serve: model 'onnx' needs Triton's 'onnxruntime' backend (platform "
+        "the triton backend and monai-triton serve: config.pbtxt needs Triton's 'onnxruntime' backend (platform "
         "'onnxruntime_onnx'), which this server does not have (it has: python)",
     )
     assert reports["gpu"].not_uses[-1] == (
-        "the triton backend and monai-triton serve: model 'gpu' asks for KIND_GPU instances and this machine has no GPU"
+        "the triton backend and monai-triton serve: config.pbtxt asks for KIND_GPU instances and this machine "
+        "has no GPU"
     )
     assert describe_path(repo / "onnx").kind == "onnxruntime_onnx"
 

@@ -63,9 +63,9 @@ def libtorch_model(repo: Path) -> Path:
 
 
 CAUSES = {
-    "gpu": (gpu_model, "model 'seg' asks for KIND_GPU instances and this machine has no GPU; rebuild it with "
+    "gpu": (gpu_model, "its config.pbtxt asks for KIND_GPU instances and this machine has no GPU; rebuild it with "
             "'monai-triton repo build ... --instance-kind cpu'"),
-    "libtorch": (libtorch_model, "model 'seg' needs Triton's 'pytorch' backend (platform 'pytorch_libtorch'), "
+    "libtorch": (libtorch_model, "its config.pbtxt needs Triton's 'pytorch' backend (platform 'pytorch_libtorch'), "
                  "which this server does not have (it has: python); rebuild it for the Python backend with "
                  "'monai-triton repo build MODEL -o REPO --name seg --flavor python'"),
 }  # fmt: skip
@@ -82,8 +82,8 @@ def test_serve_names_the_fix_with_exit_2(capabilities: servable.Capabilities, tm
     assert result.returncode == 2, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]  # serve logs at INFO
     assert len(errors) == 1, result.stderr
-    assert errors[0].startswith(f"error: {message}"), errors[0]
-    assert "[failed to load in tritonserver] (Triton: " in errors[0]
+    assert errors[0].startswith(f"error: model 'seg' failed to load in tritonserver: {message}"), errors[0]
+    assert " (Triton: " in errors[0]
 
 
 @pytest.mark.parametrize("cause", sorted(CAUSES))
@@ -97,8 +97,8 @@ def test_the_in_process_backend_gives_the_same_line_and_code(
     command = [sys.executable, "-c", IN_PROCESS, str(repo), "seg"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=240, check=False, env=NO_GPU)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.startswith(f"2 ModelLoadError {message}"), result.stdout
-    assert "[failed to load in the in-process Triton server]" in result.stdout
+    prefix = "2 ModelLoadError model 'seg' failed to load in the in-process Triton server: "
+    assert result.stdout.startswith(prefix + message), result.stdout
 
 
 @pytest.mark.usefixtures("capabilities")
@@ -113,5 +113,7 @@ def test_a_load_failure_the_config_does_not_explain_is_left_to_the_caller(tmp_pa
     assert servable.load_failure(tmp_path / "absent", install, "x") is None
     error = servable.load_failure(libtorch_model(tmp_path / "other") / "seg", None, "")
     assert error is not None
-    assert str(error).endswith("(it has: none); " + servable.FIX_FLAVOR.format(name="seg") + " [failed to load in "
-                               "the Triton server]")  # fmt: skip
+    assert str(error) == (
+        "model 'seg' failed to load in the Triton server: its config.pbtxt needs Triton's 'pytorch' backend (platform "
+        "'pytorch_libtorch'), which this server does not have (it has: none); " + servable.FIX_FLAVOR.format(name="seg")
+    )
