@@ -105,7 +105,10 @@ def givens(block: Block) -> list[str]:
 
 def test_every_code_block_says_how_it_is_tested() -> None:
     unmarked = [b.where for b in BLOCKS if b.marker is None]
-    assert not unmarked, f"code blocks without a '<!-- docs-test: ... -->' line before them: {unmarked}"
+    assert not unmarked, (
+        f"code blocks without a '<!-- docs-test: ... -->' line before them: {unmarked} "
+        "(run / run with GIVENS / tested by FILE / not run: WHY; see tests/test_docs.py's docstring)"
+    )
     for block in BLOCKS:
         what = block.marker or ""
         if what.startswith("tested by "):
