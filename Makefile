@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest
 
-.PHONY: setup demo test test-fast lint format-check format typecheck pytest bench clean
+.PHONY: setup demo test test-fast lint format-check format typecheck pytest bench docs clean
 
 setup: $(STAMP)
 
@@ -14,7 +14,8 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[apps,test]'
+	# setuptools' note on editable installs is advice no one can act on; licence and build warnings still show.
+	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -q -c constraints.txt -e '.[apps,test]'
 	# Only the Triton server files inside this wheel are used; it pins numpy<2, hence --no-deps.
 	$(PY) -m pip install -q --no-deps nvidia-pytriton==0.7.0
 	# The KServe SDK's models are the InferenceService schema that tests/deploy checks deploy/kserve against;
@@ -42,6 +43,14 @@ typecheck: setup
 
 pytest: setup
 	$(PYTEST) --cov --cov-report=term-missing --durations=25
+
+# The user guide, strict (a broken link, anchor or docstring fails): output/site/index.html.
+docs: setup
+	$(VENV)/bin/mkdocs build --strict
+
+# W1 and W2 across every backend and the App SDK's client, interleaved: the tables and plots of docs/benchmarks.md.
+bench: setup
+	$(PY) benchmarks/run.py --plots docs/img
 
 # No real server, no app runs: the quick loop while editing.
 test-fast: setup

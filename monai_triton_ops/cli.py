@@ -2,7 +2,8 @@
 
     monai-triton exec APP -i IN -o OUT -m MODELS [--backend SPEC] [-w DIR] [-t HOST:PORT] [--allow-non-finite]
     monai-triton repo build MODEL -o REPO --name NAME [--flavor python|libtorch] [--input-shape 1,1,96,96,96 ...]
-    monai-triton repo check REPO
+                            [--like CONFIG] [--input-name NAME ...] [--output-name NAME ...]
+    monai-triton repo check [REPO] [--server URL]
     monai-triton repo describe MODEL
     monai-triton config MODEL [--name NAME] [same options as repo build]
     monai-triton serve REPO [--http-port N] [--grpc-port N] [--metrics-port N] [--server-path P]
@@ -112,13 +113,21 @@ def _add_repo(commands: argparse._SubParsersAction[Any]) -> None:
     actions = repo.add_subparsers(dest="action", required=True, metavar="ACTION")
     p = actions.add_parser("build", help="write a TorchScript model into a Triton model repository")
     p.add_argument("-o", "--output", required=True, type=Path, help="model repository folder (created if missing)")
-    p.add_argument("--name", required=True, help="model name: the folder name inside the repository")
+    p.add_argument("--name", help="model name: the folder name inside the repository (default: --like's name)")
     p.add_argument("--version", type=int, default=1, help="version folder (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="replace an existing model of that name (all versions)")
     _add_model_options(p)
     p.set_defaults(handler=_run_repo_build)
-    p = actions.add_parser("check", help="parse every model's config.pbtxt, compare it with the model file, list all")
-    p.add_argument("repository", type=Path, help="model repository folder")
+    p = actions.add_parser(
+        "check", help="parse every model's config.pbtxt, compare it with the model file (and a server), list all"
+    )
+    p.add_argument("repository", type=Path, nargs="?", help="model repository, or one model folder")
+    p.add_argument(
+        "--server", metavar="URL",
+        help="also list what this Triton serves and compare each local config with it "
+        "(grpc://HOST:PORT, http://HOST:PORT, or HOST:PORT as the App SDK's -t)",
+    )  # fmt: skip
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds per server call (default: %(default)s)")
     _add_log_level(p)
     p.set_defaults(handler=_run_repo_check)
     p = actions.add_parser("describe", help="print a model's signature: named inputs and outputs, dtypes, shapes")
@@ -131,7 +140,7 @@ def _add_repo(commands: argparse._SubParsersAction[Any]) -> None:
 
 def _add_config(commands: argparse._SubParsersAction[Any]) -> None:
     p = commands.add_parser("config", help="print the config.pbtxt that 'repo build' would write")
-    p.add_argument("--name", help="model name (default: the model file name without its suffix)")
+    p.add_argument("--name", help="model name (default: --like's name, else the model file name without suffix)")
     _add_model_options(p)
     p.set_defaults(handler=_run_config)
 
@@ -140,22 +149,36 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     """What describes the model and how Triton serves it; shared by 'repo build' and 'config'."""
     p.add_argument("model", type=Path, help="TorchScript file (.pt/.ts)")
     p.add_argument(
-        "--flavor", choices=["python", "libtorch"], default="python",
-        help="python: a runner for the wheel's server; libtorch: NGC containers (default: %(default)s)",
+        "--like", type=Path, metavar="CONFIG",
+        help="an existing config.pbtxt (or its model folder) to take names, dims, batching, instances, version "
+        "policy, parameters and the model file name from; the options below override it",
     )  # fmt: skip
+    p.add_argument(
+        "--flavor", choices=["python", "libtorch"],
+        help="python: a runner for the wheel's server; libtorch: NGC containers (default: --like's, else python)",
+    )  # fmt: skip
+    p.add_argument("--input-name", action="append", metavar="NAME", help="input tensor name; once per input, in order")
+    p.add_argument("--output-name", action="append", metavar="NAME", help="output tensor name; once per output")
     p.add_argument(
         "--input-shape", action="append", type=_shape, metavar="D,D,...",
         help="example input shape, batch first; once per forward() argument (needed without MONAI metadata)",
     )  # fmt: skip
     p.add_argument("--input-dtype", action="append", metavar="DTYPE", help="per input (default: float32)")
-    p.add_argument("--max-batch-size", type=int, default=0, help="0: batch dim is explicit (default)")
+    p.add_argument("--max-batch-size", type=int, help="0: batch dim is explicit (default: --like's, else 0)")
     p.add_argument("--bundle-metadata", type=Path, help="MONAI bundle folder or its configs/metadata.json")
     p.add_argument("--dynamic-batching", action="store_true", help="enable Triton's dynamic batcher")
     p.add_argument("--preferred-batch-size", type=int, nargs="+", default=[], metavar="N",
                    help="batch sizes the dynamic batcher aims for (enables it)")  # fmt: skip
     p.add_argument("--max-queue-delay-us", type=int, help="dynamic batcher queue delay in microseconds")
-    p.add_argument("--instance-kind", help="cpu, gpu, auto (or KIND_CPU, KIND_GPU, KIND_AUTO)")
+    p.add_argument("--instance-kind", help="cpu, gpu, auto (or KIND_CPU, KIND_GPU, KIND_AUTO); every group")
     p.add_argument("--instance-count", type=int, help="model instances per device")
+    p.add_argument(
+        "--version-policy", type=_version_policy, metavar="POLICY",
+        help="which versions Triton serves: latest:N, all, or specific:1,3",
+    )  # fmt: skip
+    p.add_argument("--parameter", action="append", type=_parameter, metavar="KEY=VALUE",
+                   help="a string parameter, e.g. DISABLE_OPTIMIZED_EXECUTION=true (repeatable)")  # fmt: skip
+    p.add_argument("--model-filename", metavar="FILE", help="the TorchScript file name in the version folder")
     _add_log_level(p)
 
 
@@ -169,26 +192,53 @@ def _shape(text: str) -> tuple[int, ...]:
     return dims
 
 
+def _version_policy(text: str) -> Any:
+    from .repository.config import VersionPolicy
+
+    kind, _, value = text.partition(":")
+    try:
+        if kind == "all" and not value:
+            return VersionPolicy(all=True)
+        if kind == "latest":
+            return VersionPolicy(latest=int(value))
+        if kind == "specific":
+            return VersionPolicy(specific=tuple(int(v) for v in value.split(",")))
+    except (ValueError, ConfigError) as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from exc
+    raise argparse.ArgumentTypeError(f"expected latest:N, all or specific:1,3, got {text!r}")
+
+
+def _parameter(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
 def _model_options(args: argparse.Namespace) -> dict[str, Any]:
     """Keyword arguments of ``generate_config`` / ``build_repository`` from the shared options."""
-    from .repository.config import DynamicBatching, InstanceGroup
+    from .repository.config import DynamicBatching
 
     batching = None
     if args.dynamic_batching or args.preferred_batch_size or args.max_queue_delay_us is not None:
         batching = DynamicBatching(
             preferred_batch_sizes=tuple(args.preferred_batch_size), max_queue_delay_us=args.max_queue_delay_us or 0
         )
-    groups: tuple[InstanceGroup, ...] = ()
-    if args.instance_kind is not None or args.instance_count is not None:
-        groups = (InstanceGroup(kind=args.instance_kind or "KIND_AUTO", count=args.instance_count or 1),)
     return {
+        "like": args.like,
         "flavor": args.flavor,
         "input_shapes": args.input_shape,
         "input_dtypes": args.input_dtype,
         "max_batch_size": args.max_batch_size,
         "bundle_metadata": args.bundle_metadata,
         "dynamic_batching": batching,
-        "instance_groups": groups,
+        "instance_kind": args.instance_kind,
+        "instance_count": args.instance_count,
+        "version_policy": args.version_policy,
+        "parameters": dict(args.parameter or ()),
+        "model_filename": args.model_filename,
+        "input_names": args.input_name,
+        "output_names": args.output_name,
     }
 
 
@@ -203,13 +253,28 @@ def _run_repo_build(args: argparse.Namespace) -> int:
 
 
 def _run_repo_check(args: argparse.Namespace) -> int:
-    from .repository.check import check_repository, render_reports
+    from .repository.check import EntryReport, check_repository, render_reports
 
-    reports = check_repository(args.repository)
-    if not reports:
+    if args.repository is None and args.server is None:
+        raise UsageError("monai-triton repo check: give a model repository, --server URL, or both")
+    reports: list[EntryReport] = check_repository(args.repository) if args.repository is not None else []
+    if args.server is not None:
+        from .repository.served import ServerView, against_server, render_served
+
+        with ServerView(args.server, timeout_s=args.timeout) as view:
+            served = view.models()
+        sys.stdout.write(render_served(served, args.server))
+        reports = against_server(reports, served, args.server)
+        failed_served = [m.name for m in served if m.state != "READY"]
+        if failed_served and args.repository is None:
+            raise ConfigError(
+                f"{len(failed_served)} of {len(served)} model(s) on the server are not ready: {failed_served}"
+            )
+    if args.repository is not None and not reports:
         print(f"warning: model repository {str(args.repository)!r} holds no models", file=sys.stderr)
         return exits.OK
-    sys.stdout.write(render_reports(reports))
+    if reports:
+        sys.stdout.write(render_reports(reports))
     failed = [r.name for r in reports if r.problems]
     if failed:
         raise ConfigError(f"{len(failed)} of {len(reports)} model(s) have problems (listed above): {failed}")
@@ -226,7 +291,8 @@ def _run_repo_describe(args: argparse.Namespace) -> int:
 def _run_config(args: argparse.Namespace) -> int:
     from .repository.builder import generate_config
 
-    _, _, text = generate_config(args.model, args.name or args.model.stem, **_model_options(args))
+    name = args.name or (None if args.like else args.model.stem)
+    _, _, text = generate_config(args.model, name, **_model_options(args))
     sys.stdout.write(text)
     return exits.OK
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from ..errors import BackendUnavailableError, ConfigError, ModelLoadError, ServerNotFoundError
+from ..repository.servable import load_failure
 from ..server.environment import (
     assemble_backend_dir,
     remove_shm_regions,
@@ -83,6 +84,7 @@ class SharedServer:
                 "TRITONSERVER_HOME to the install folder, or install nvidia-pytriton"
             )
         self.settings = settings
+        self.install = library.install
         self.repositories: dict[Path, Path] = {}  # the user's repository -> the mirror the server reads
         self.models: dict[str, int] = {}
         self.shm_prefix = shm_prefix()
@@ -152,7 +154,10 @@ class SharedServer:
             try:
                 self.server.load_model(name)
             except b.TritonError as exc:
-                raise ModelLoadError(f"model {name!r} failed to load in the in-process Triton server: {exc}") from exc
+                hint = load_failure(repository / name, self.install, str(exc), where="the in-process Triton server")
+                raise hint or ModelLoadError(
+                    f"model {name!r} failed to load in the in-process Triton server: {exc}"
+                ) from exc
         self.models[name] = self.models.get(name, 0) + 1
 
     def drop_model(self, name: str) -> None:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import shutil
 import tempfile
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,18 +21,10 @@ from typing import TYPE_CHECKING
 from ..errors import ConfigError, RepositoryError
 from ..signature import ModelSignature
 from . import layout
-from .config import (
-    ConfigOptions,
-    DynamicBatching,
-    InstanceGroup,
-    VersionPolicy,
-    check_libtorch_names,
-    options_from_config,
-    parse_config,
-    render_config,
-    signature_from_config,
-)
-from .describe import ExampleKeywords, ModelDescription, ModelSource, describe
+from .config import ConfigOptions, options_from_config, parse_config, render_config, signature_from_config
+from .describe import ModelDescription, describe
+from .entry import EntryKeywords, EntryPlan, plan_entry
+from .naming import libtorch_naming, rename
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -41,64 +33,46 @@ logger = logging.getLogger(__name__)
 
 RUNNER = Path(__file__).parent / "runner" / "model.py"
 RUNNER_FILENAME = "model.py"
-
-
-class EntryKeywords(ExampleKeywords, total=False):
-    """What describes a model and shapes its ``config.pbtxt``, as keywords (one declaration for both functions)."""
-
-    flavor: str
-    dynamic_batching: DynamicBatching | None
-    instance_groups: Sequence[InstanceGroup]
-    version_policy: VersionPolicy | None
-
-
-def entry_parameters(model_path: str | Path, name: str, keywords: EntryKeywords) -> tuple[ModelSource, ConfigOptions]:
-    """The keywords of ``generate_config`` / ``build_repository`` as the two parameter objects they stand for."""
-    layout.check_model_name(name)
-    source = ModelSource(
-        path=Path(model_path),
-        name=name,
-        input_shapes=keywords.get("input_shapes"),
-        input_dtypes=keywords.get("input_dtypes"),
-        bundle_metadata=keywords.get("bundle_metadata"),
-        max_batch_size=keywords.get("max_batch_size", 0),
-    )
-    options = ConfigOptions(
-        flavor=keywords.get("flavor", "python"),
-        dynamic_batching=keywords.get("dynamic_batching"),
-        instance_groups=tuple(keywords.get("instance_groups", ())),
-        version_policy=keywords.get("version_policy"),
-    )
-    return source, options
+_STAGING_ATTEMPTS = 5
 
 
 def generate_config(
-    model_path: str | Path, name: str, **keywords: Unpack[EntryKeywords]
+    model_path: str | Path, name: str | None = None, **keywords: Unpack[EntryKeywords]
 ) -> tuple[ModelSignature, ConfigOptions, str]:
     """Describe ``model_path`` and render the ``config.pbtxt`` that serves it as model ``name``.
 
-    Keywords: ``flavor`` (python or libtorch), ``input_shapes``/``input_dtypes`` (probing),
-    ``max_batch_size``, ``bundle_metadata``, ``dynamic_batching``, ``instance_groups``,
-    ``version_policy``. Returns the signature, the options and the checked text.
+    Keywords (``EntryKeywords``): ``flavor`` (python or libtorch), ``input_shapes``/``input_dtypes``
+    (probing), ``max_batch_size``, ``bundle_metadata``, ``dynamic_batching``, ``instance_groups``,
+    ``instance_kind``, ``instance_count``, ``version_policy``, ``parameters``, ``model_filename``,
+    ``input_names``, ``output_names`` and ``like`` (an existing ``config.pbtxt`` to take the rest
+    from; ``name`` then defaults to its model name). Returns the signature, the options and the
+    checked text.
     """
-    source, options = entry_parameters(model_path, name, keywords)
-    signature, text = render_entry(source, options)
-    return signature, options, text
+    plan = plan_entry(model_path, name, keywords)
+    signature, text = render_entry(plan)
+    return signature, plan.options, text
 
 
-def render_entry(source: ModelSource, options: ConfigOptions) -> tuple[ModelSignature, str]:
-    """The signature of ``source`` and its checked ``config.pbtxt`` text (it parses back to both)."""
-    description = describe(source)
-    _check_servable(description, options)
-    text = render_config(description.signature, options)
-    check_config_text(text, description.signature, options)
-    return description.signature, text
+def render_entry(plan: EntryPlan) -> tuple[ModelSignature, str]:
+    """The signature of the planned entry and its checked ``config.pbtxt`` text (it parses back to both)."""
+    description = describe(plan.source)
+    _check_servable(description, plan.options)
+    signature = description.signature
+    if plan.template is not None:
+        signature = plan.template.apply(signature)
+    signature = rename(signature, plan.input_names, plan.output_names)
+    if plan.options.flavor == "libtorch":
+        for warning in libtorch_naming(signature, description.argument_names):
+            logger.warning("%s", warning)
+    text = render_config(signature, plan.options)
+    check_config_text(text, signature, plan.options)
+    return signature, text
 
 
 def build_repository(
     model_path: str | Path,
     repository: str | Path,
-    name: str,
+    name: str | None = None,
     *,
     version: int = 1,
     force: bool = False,
@@ -107,9 +81,11 @@ def build_repository(
     """Write model ``name`` into ``repository`` from the TorchScript file ``model_path``; returns its folder.
 
     Keywords as for ``generate_config``. An existing ``<repository>/<name>`` is replaced (all its
-    versions) only with ``force=True``.
+    versions) only with ``force=True``. Folders and files are created with the process umask (as
+    ``mkdir`` and ``cp`` would), so a server running as another user can read them.
     """
-    source, options = entry_parameters(model_path, name, keywords)
+    plan = plan_entry(model_path, name, keywords)
+    name, options = plan.source.name, plan.options
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise ConfigError(f"model {name!r}: version must be an integer >= 1, got {version!r}")
     repo = Path(repository)
@@ -117,7 +93,7 @@ def build_repository(
         raise RepositoryError(f"model repository {str(repo)!r} exists and is not a folder")
     target = repo / name
     _check_free(target, name, force)
-    signature, text = render_entry(source, options)
+    signature, text = render_entry(plan)
     created = _repository_folder(repo)  # only now: a failure above leaves no empty folder behind
     try:
         _stage_and_swap(repo, target, Path(model_path), text, version, signature, options, force)
@@ -141,10 +117,7 @@ def _stage_and_swap(
 ) -> None:
     """Write the entry into a hidden staging folder, check it, then rename it into place."""
     name = target.name
-    try:
-        staging = Path(tempfile.mkdtemp(prefix=f".{name}.staging-", dir=repo))
-    except OSError as exc:
-        raise RepositoryError(f"cannot write into model repository {str(repo)!r}: {exc}") from exc
+    staging = _staging_folder(repo, name)
     try:
         _write_entry(staging, model_path, text, version, options)
         check_config_text((staging / layout.CONFIG_FILENAME).read_text(encoding="utf-8"), signature, options)
@@ -153,6 +126,20 @@ def _stage_and_swap(
         raise RepositoryError(f"cannot write model {name!r} into {str(repo)!r}: {exc}") from exc
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _staging_folder(repo: Path, name: str) -> Path:
+    """A fresh hidden folder in ``repo``, made with ``mkdir``'s mode (umask applies; ``mkdtemp`` would give 0700)."""
+    for _ in range(_STAGING_ATTEMPTS):
+        staging = repo / f".{name}.staging-{secrets.token_hex(4)}"
+        try:
+            staging.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise RepositoryError(f"cannot write into model repository {str(repo)!r}: {exc}") from exc
+        return staging
+    raise RepositoryError(f"cannot create a staging folder in {str(repo)!r}: every name tried exists")
 
 
 def check_config_text(text: str, signature: ModelSignature, options: ConfigOptions) -> None:
@@ -168,14 +155,17 @@ def check_config_text(text: str, signature: ModelSignature, options: ConfigOptio
 
 
 def _check_servable(description: ModelDescription, options: ConfigOptions) -> None:
-    signature = description.signature
+    model = description.signature.name
     if description.model_format != "torchscript":
         raise ConfigError(
-            f"model {signature.name!r}: a repository entry needs TorchScript, got a {description.model_format} file; "
+            f"model {model!r}: a repository entry needs TorchScript, got a {description.model_format} file; "
             "export the network with torch.jit.script/trace (monai.data.save_net_with_metadata keeps its metadata)"
         )
-    if options.flavor == "libtorch":
-        check_libtorch_names(signature, description.argument_names)
+    if options.flavor == "libtorch" and description.returns_dict:
+        raise ConfigError(
+            f"model {model!r} returns a dict of outputs {list(description.signature.output_names)}, which the "
+            "libtorch backend cannot serve; build it with --flavor python, or return a tuple"
+        )
 
 
 def _repository_folder(repo: Path) -> list[Path]:

@@ -4,19 +4,20 @@ The text is always produced by ``model_config_pb2`` and ``text_format`` (never a
 so what we write is what Triton parses. Two flavours:
 
 ``python``    ``backend: "python"`` with our TorchScript runner ``model.py`` (what the local server runs)
-``libtorch``  ``platform: "pytorch_libtorch"`` (NGC Triton containers); names must follow that backend's
-              rules: inputs are ``forward`` argument names or ``NAME__i``, outputs ``NAME__i``
+``libtorch``  ``platform: "pytorch_libtorch"`` (NGC Triton containers); how that backend maps tensor
+              names is in ``naming.py``
 
 The MONAI metadata travels in ``parameters["monai_metadata"]`` (a JSON string), so a remote client
 learns channel meanings from the server alone. Protobuf drops zero scalars, but Triton needs
-``max_batch_size: 0`` spelled out, so that one line is added to the text after rendering.
+``max_batch_size: 0`` spelled out, so that one line is added to the text after rendering. Fields this
+module does not model (``optimization``, ``model_warmup``, ...) travel as ``ConfigOptions.extra``, so a
+configuration taken as a template (``--like``) keeps them.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -29,6 +30,7 @@ from ..errors import ConfigError, ModelNotFoundError
 from ..signature import ModelSignature, TensorSpec
 from . import layout
 from .metadata import parse_metadata_text
+from .naming import libtorch_naming
 
 FLAVORS = ("python", "libtorch")
 INSTANCE_KINDS = ("KIND_AUTO", "KIND_CPU", "KIND_GPU", "KIND_MODEL")
@@ -40,8 +42,13 @@ LIBTORCH_PLATFORM = "pytorch_libtorch"
 _FLAVOR_PARAMETERS: Mapping[str, Mapping[str, str]] = MappingProxyType(
     {"python": MappingProxyType({}), "libtorch": MappingProxyType({"INFERENCE_MODE": "true"})}
 )
-#: libtorch's ``<name>__<index>`` convention: the index is what follows the first ``__``.
-_NAMED_INDEX = re.compile(r"^(?P<stem>.*?)__(?P<index>\d+)$")
+#: Top-level ``ModelConfig`` fields that the signature and ``ConfigOptions`` model; the rest is ``extra``.
+MODELLED_FIELDS = frozenset(
+    {
+        "name", "platform", "backend", "max_batch_size", "input", "output", "instance_group",
+        "dynamic_batching", "version_policy", "parameters", "default_model_filename",
+    }
+)  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,7 +106,8 @@ class ConfigOptions:
 
     ``model_filename`` is the TorchScript file in each version folder: ``default_model_filename``
     for libtorch, the ``torchscript_filename`` parameter for the python flavour (whose own
-    default file is the runner ``model.py``). ``parameters`` are extra string parameters.
+    default file is the runner ``model.py``). ``parameters`` are extra string parameters
+    (``DISABLE_OPTIMIZED_EXECUTION``...). ``extra`` holds the other top-level fields as protobuf text.
     """
 
     flavor: str = "python"
@@ -108,6 +116,7 @@ class ConfigOptions:
     model_filename: str = layout.DEFAULT_MODEL_FILENAME
     version_policy: VersionPolicy | None = None
     parameters: Mapping[str, str] = field(default_factory=dict)
+    extra: str = ""
 
     def __post_init__(self) -> None:
         if self.flavor not in FLAVORS:
@@ -119,13 +128,26 @@ class ConfigOptions:
         reserved = {METADATA_PARAMETER, TORCHSCRIPT_PARAMETER} & set(self.parameters)
         if reserved:
             raise ConfigError(f"parameters {sorted(reserved)} are set by monai-triton-ops itself")
+        if self.extra:
+            _check_extra(self.extra)
+
+
+def _check_extra(text: str) -> None:
+    extra = pb.ModelConfig()
+    try:
+        text_format.Parse(text, extra)
+    except text_format.ParseError as exc:
+        raise ConfigError(f"extra config.pbtxt fields are not valid: {exc}") from exc
+    modelled = sorted(f.name for f, _ in extra.ListFields() if f.name in MODELLED_FIELDS)
+    if modelled:
+        raise ConfigError(f"extra config.pbtxt fields {modelled} are set through their own options, not extra")
 
 
 # -- signature + options -> protobuf -> text --------------------------------------------------
 def build_config(signature: ModelSignature, options: ConfigOptions) -> pb.ModelConfig:
     """The ``ModelConfig`` message for ``signature`` served as ``options`` say."""
     if options.flavor == "libtorch":
-        check_libtorch_names(signature)
+        libtorch_naming(signature)  # raises for names libtorch would map to the wrong tensor
     config = pb.ModelConfig(name=signature.name)
     _set_flavor(config, options)
     _set_batching(config, signature, options)
@@ -133,6 +155,8 @@ def build_config(signature: ModelSignature, options: ConfigOptions) -> pb.ModelC
     _set_instance_groups(config, options)
     _set_version_policy(config, options)
     _set_parameters(config, signature, options)
+    if options.extra:
+        text_format.Merge(options.extra, config)
     return config
 
 
@@ -222,57 +246,31 @@ def _proto_to_wire(data_type: int, where: str) -> str:
     return "BYTES" if name == "TYPE_STRING" else name.removeprefix("TYPE_")
 
 
-# -- naming rules -------------------------------------------------------------------------------
-def check_libtorch_names(signature: ModelSignature, forward_names: Sequence[str] | None = None) -> None:
-    """Raise ``ConfigError`` unless the libtorch backend maps every tensor by name, not by luck.
-
-    Outputs must be ``NAME__i`` with ``i`` their position. Inputs are either all ``NAME__i``
-    (position ``i``) or all names of ``forward`` arguments (checked when ``forward_names`` is given).
-    """
-    model = signature.name
-    for position, spec in enumerate(signature.outputs):
-        if _named_index(spec.name) != position:
-            raise ConfigError(
-                f"model {model!r} output {spec.name!r}: the libtorch backend needs output names NAME__{position} "
-                f"(expected e.g. OUTPUT__{position}, got {spec.name!r})"
-            )
-    names = signature.input_names
-    if all(_named_index(n) == i for i, n in enumerate(names)):
-        return
-    if forward_names is not None and set(names) <= set(forward_names):
-        return
-    if forward_names is None and not any(_named_index(n) is not None for n in names):
-        return  # forward argument names; only the model file can confirm them
-    raise ConfigError(
-        f"model {model!r}: libtorch input names must be forward() argument names "
-        f"{list(forward_names or [])} or INPUT__0..INPUT__{len(names) - 1} in order, got {list(names)}"
-    )
-
-
-def _named_index(name: str) -> int | None:
-    match = _NAMED_INDEX.match(name)
-    return int(match["index"]) if match else None
-
-
 # -- text -> protobuf -> signature + options -----------------------------------------------------
-def parse_config(text: str, *, source: str = "config.pbtxt", name: str | None = None) -> pb.ModelConfig:
-    """Parse ``config.pbtxt`` text into a ``ModelConfig``; ``name`` fills in an omitted name."""
+def parse_config(
+    text: str, *, source: str = "config.pbtxt", name: str | None = None, default_name: str | None = None
+) -> pb.ModelConfig:
+    """Parse ``config.pbtxt`` text into a ``ModelConfig``.
+
+    ``name`` is the model folder's: it fills in an omitted name and must match a given one (as
+    Triton requires). ``default_name`` only fills in an omitted name (a template's, say).
+    """
     config = pb.ModelConfig()
     try:
         text_format.Parse(text, config)
     except text_format.ParseError as exc:
         raise ConfigError(f"{source}: not a valid Triton model configuration: {exc}") from exc
     if not config.name:
-        if name is None:
+        if (name or default_name) is None:
             raise ConfigError(f"{source}: the configuration has no name")
-        config.name = name
+        config.name = name or default_name
     elif name is not None and config.name != name:
         raise ConfigError(f"{source}: name {config.name!r} does not match the model folder {name!r}")
     return config
 
 
-def read_config(path: str | Path, *, name: str | None = None) -> pb.ModelConfig:
-    """Read and parse a ``config.pbtxt`` file."""
+def read_config(path: str | Path, *, name: str | None = None, default_name: str | None = None) -> pb.ModelConfig:
+    """Read and parse a ``config.pbtxt`` file (``name``, ``default_name``: as for ``parse_config``)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -280,7 +278,7 @@ def read_config(path: str | Path, *, name: str | None = None) -> pb.ModelConfig:
         raise ModelNotFoundError(f"no model configuration at {str(path)!r}") from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{str(path)!r}: cannot read the model configuration: {exc}") from exc
-    return parse_config(text, source=str(path), name=name)
+    return parse_config(text, source=str(path), name=name, default_name=default_name)
 
 
 def signature_from_config(config: pb.ModelConfig, *, version: int | None = None) -> ModelSignature:
@@ -296,9 +294,13 @@ def signature_from_config(config: pb.ModelConfig, *, version: int | None = None)
     )
 
 
-def options_from_config(config: pb.ModelConfig) -> ConfigOptions:
-    """The ``ConfigOptions`` that render ``config`` again (flavours of this package only)."""
-    flavor = _flavor(config)
+def options_from_config(config: pb.ModelConfig, *, flavor: str | None = None) -> ConfigOptions:
+    """The ``ConfigOptions`` that render ``config`` again (flavours of this package only).
+
+    ``flavor`` overrides the one ``config`` names: a configuration for another backend (or for
+    libtorch, served here by the python runner) then gives everything else it holds.
+    """
+    flavor = flavor or _flavor(config)
     own = {METADATA_PARAMETER, TORCHSCRIPT_PARAMETER}
     defaults = _FLAVOR_PARAMETERS[flavor]
     parameters = {
@@ -322,7 +324,17 @@ def options_from_config(config: pb.ModelConfig) -> ConfigOptions:
         model_filename=torchscript_filename(config),
         version_policy=_version_policy(config),
         parameters=parameters,
+        extra=extra_fields(config),
     )
+
+
+def extra_fields(config: pb.ModelConfig) -> str:
+    """The top-level fields of ``config`` that no option models, as protobuf text ("" when none)."""
+    rest = pb.ModelConfig()
+    rest.CopyFrom(config)
+    for name in MODELLED_FIELDS:
+        rest.ClearField(name)
+    return str(text_format.MessageToString(rest, use_short_repeated_primitives=True))
 
 
 def torchscript_filename(config: pb.ModelConfig) -> str:

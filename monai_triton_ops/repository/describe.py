@@ -44,6 +44,7 @@ class ModelDescription:
     model_format: str  # "torchscript" or "pt2"
     argument_names: tuple[str, ...]  # forward() arguments: the names libtorch accepts for inputs
     verified: bool  # the model ran on a concrete shape and matched the signature
+    returns_dict: bool = False  # forward() is declared to return a dict (libtorch cannot serve it)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,12 +76,12 @@ class ExampleKeywords(TypedDict, total=False):
     input_shapes: Sequence[Sequence[int]] | None
     input_dtypes: Sequence[str] | None
     bundle_metadata: str | Path | None
-    max_batch_size: int
 
 
 class SourceKeywords(ExampleKeywords, total=False):
     """``ModelSource``'s fields past path and name."""
 
+    max_batch_size: int
     version: int | None
 
 
@@ -120,7 +121,7 @@ def describe(given: ModelSource) -> ModelDescription:
             signature = _renamed_outputs(signature, list(network_format(name, meta)["outputs"]))
     return ModelDescription(
         signature=signature, source=origin, model_format=model.format,
-        argument_names=model.argument_names, verified=verified,
+        argument_names=model.argument_names, verified=verified, returns_dict=model.returns_dict,
     )  # fmt: skip
 
 
@@ -157,7 +158,7 @@ def _probe(
     logger.info("model %r: signature probed from example inputs %s", name, shapes)
     return ModelDescription(
         signature=signature, source="probe", model_format=model.format,
-        argument_names=model.argument_names, verified=True,
+        argument_names=model.argument_names, verified=True, returns_dict=model.returns_dict,
     )  # fmt: skip
 
 

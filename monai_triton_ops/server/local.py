@@ -44,7 +44,7 @@ from types import TracebackType
 
 from ..errors import ConfigError, ModelNotFoundError, PortInUseError, ServerError, ServerStartError
 from . import health, logs, readiness
-from .discovery import find_tritonserver
+from .discovery import TritonInstall, find_tritonserver
 from .environment import (
     assemble_backend_dir,
     remove_shm_regions,
@@ -124,6 +124,7 @@ class LocalTritonServer:
         self._ports: Ports | None = None
         self._shm_prefix = shm_prefix()
         self._terminated: set[int] = set()
+        self._install: TritonInstall | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> LocalTritonServer:
@@ -249,7 +250,7 @@ class LocalTritonServer:
         repo = options.model_repository
         if not repo.is_dir():
             raise ModelNotFoundError(f"model repository {str(repo)!r} is not a folder")
-        install = find_tritonserver(options.server_path)
+        install = self._install = find_tritonserver(options.server_path)
         given = {"http_port": options.http_port, "grpc_port": options.grpc_port, "metrics_port": options.metrics_port}
         for name, port in given.items():
             if port is not None and not port_is_free(port):
@@ -333,7 +334,7 @@ class LocalTritonServer:
             if code is not None:
                 self._raise_exited(code, log_path)
             text, offset = logs.read_from(log_path, offset)
-            readiness.raise_load_failures(text, self.options, log_path)
+            readiness.raise_load_failures(text, self.options, log_path, self._install)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise ServerStartError(
@@ -345,7 +346,7 @@ class LocalTritonServer:
                 health.is_live(base, timeout_s=probe)
                 and health.is_ready(base, timeout_s=probe)
                 and health.http_status(self.metrics_url, timeout_s=probe) == 200  # the last service to start
-                and readiness.models_ready(base, self.options, log_path, timeout_s=probe)
+                and readiness.models_ready(base, self.options, log_path, self._install, timeout_s=probe)
             ):
                 return
             time.sleep(min(_POLL_INTERVAL_S, max(0.0, deadline - time.monotonic())))
@@ -363,7 +364,9 @@ class LocalTritonServer:
                 )
             raise _PortTaken()
         tail = logs.read_tail(log_path)
-        readiness.raise_model_failures(logs.model_failures(text), "failed to load", self.options, log_path)
+        readiness.raise_model_failures(
+            logs.model_failures(text), "failed to load", self.options, log_path, self._install
+        )
         errors = "; ".join(logs.error_lines(text, limit=3))
         raise ServerStartError(
             f"tritonserver exited with code {code} before it was ready" + (f": {errors}" if errors else ""),

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import ServerStartError
+from ..repository.servable import load_failure
 from . import health, logs
 from .discovery import TritonInstall
 from .options import ServerOptions
@@ -26,15 +27,17 @@ def check_stub(install: TritonInstall, env: Mapping[str, str], options: ServerOp
         raise ServerStartError(f"models {models} cannot load: {problem}")
 
 
-def raise_load_failures(text: str, options: ServerOptions, log_path: Path) -> None:
+def raise_load_failures(text: str, options: ServerOptions, log_path: Path, install: TritonInstall | None) -> None:
     """Raise for a model that failed to load, or a stub failure, in ``text`` (the log written since the last look)."""
-    raise_model_failures(logs.model_failures(text), "failed to load", options, log_path)
+    raise_model_failures(logs.model_failures(text), "failed to load", options, log_path, install)
     if cause := logs.stub_failure(text):
         models = python_models(options.model_repository)
         raise ServerStartError(f"models {models} cannot load: {cause}", log_tail=logs.read_tail(log_path))
 
 
-def models_ready(base: str, options: ServerOptions, log_path: Path, *, timeout_s: float) -> bool:
+def models_ready(
+    base: str, options: ServerOptions, log_path: Path, install: TritonInstall | None, *, timeout_s: float
+) -> bool:
     """Whether every wanted model is ready (the server at ``base``); raise when one never will be."""
     index = health.repository_index(base, timeout_s=timeout_s)
     if index is None:
@@ -57,18 +60,29 @@ def models_ready(base: str, options: ServerOptions, log_path: Path, *, timeout_s
         for e in index
         if e.get("name") in pending and e.get("state") == "UNAVAILABLE" and e.get("reason")
     ]
-    raise_model_failures(failed, "is unavailable", options, log_path)
+    raise_model_failures(failed, "is unavailable", options, log_path, install)
     return not pending
 
 
 def raise_model_failures(
-    failures: list[logs.ModelFailure], what: str, options: ServerOptions, log_path: Path | None
+    failures: list[logs.ModelFailure],
+    what: str,
+    options: ServerOptions,
+    log_path: Path | None,
+    install: TritonInstall | None,
 ) -> None:
-    """Raise for the first failure of a wanted model (every model, when none was named)."""
+    """Raise for the first failure of a wanted model (every model, when none was named).
+
+    Where the model's ``config.pbtxt`` explains the failure (a backend or instance kind this server lacks),
+    the error names the fix instead (``repository.servable``).
+    """
     wanted = set(options.models)
     failures = [f for f in failures if not wanted or f.model in wanted]
     if failures:
         f = failures[0]
+        hint = load_failure(options.model_repository / f.model, install, f.reason, where="tritonserver")
+        if hint is not None:
+            raise hint
         raise ServerStartError(
             f"model {f.model!r} version {f.version} {what}: {f.reason}",
             log_tail=logs.read_tail(log_path) if log_path else "",

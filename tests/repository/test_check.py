@@ -28,14 +28,21 @@ def test_check_lists_every_model_with_its_tensors(built: Path, capsys: pytest.Ca
     capsys.readouterr()
     assert main(["repo", "check", str(built)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == ["MODEL", "VERSIONS", "INPUTS", "OUTPUTS", "STATUS"]
+    assert out[0].split() == ["MODEL", "KIND", "VERSIONS", "INPUTS", "OUTPUTS", "STATUS"]
     assert out[1].split() == [
-        "seg", "1", "x", "FP32", "[-1,", "1,", "-1,", "-1,", "-1]", "OUTPUT__0", "FP32",
+        "seg", "torchscript", "1", "x", "FP32", "[-1,", "1,", "-1,", "-1,", "-1]", "OUTPUT__0", "FP32",
         "[-1,", "3,", "-1,", "-1,", "-1]", "ok",
     ]  # fmt: skip
-    assert out[2].startswith("two ")
+    assert out[2].split()[:3] == ["two", "torchscript/libtorch", "1"]
     assert out[2].endswith(" ok")
     assert "image FP32 [-1, 2, -1, -1]; offset INT64 [-1, 1]" in out[2]
+    assert "seg: use: the torch backend" in out
+    assert "seg: use: the triton backend and monai-triton serve" in out
+    assert "two: use: NGC Triton containers" in out
+    assert (
+        "two: not: the triton backend and monai-triton serve: config.pbtxt needs Triton's 'pytorch' backend "
+        "(platform 'pytorch_libtorch'), which this server does not have (it has: python)"
+    ) in out
 
 
 def test_check_finds_a_config_that_contradicts_its_model_file(built: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -55,6 +62,7 @@ def test_check_finds_a_config_that_contradicts_its_model_file(built: Path, capsy
     assert "broken: " in captured.out
     assert "not a valid Triton model configuration" in captured.out
     assert captured.err == "error: 2 of 3 model(s) have problems (listed above): ['broken', 'seg']\n"
+    assert ["broken", "-", "1", "-", "-", "1", "problem(s)"] in [line.split() for line in captured.out.splitlines()]
 
 
 def test_check_of_an_empty_repository_warns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -75,10 +83,15 @@ def test_describe_a_model_folder_and_a_model_file(
     assert main(["repo", "describe", str(built / "seg")]) == 0
     assert capsys.readouterr().out == (
         "model     seg (version 1)\n"
+        "kind      torchscript\n"
         "source    config.pbtxt\n"
         "batch     explicit: the first dim of each shape\n"
         "input 0   x FP32 [-1, 1, -1, -1, -1]\n"
         "output 0  OUTPUT__0 FP32 [-1, 3, -1, -1, -1]\n"
+        "use       the torch backend\n"
+        "use       the triton backend and monai-triton serve\n"
+        "use       remote backends (grpc://, http://) and the App SDK's TritonRemoteModel, as its client-side config\n"
+        "use       NGC Triton containers with what its model.py imports (torch) installed\n"
         "(-1: any size)\n"
     )
     assert main(["repo", "describe", str(model_files["unet_probed"]), "--input-shape", "1,1,16,16,16"]) == 0

@@ -13,13 +13,13 @@ from monai_triton_ops.repository.config import (
     InstanceGroup,
     VersionPolicy,
     build_config,
-    check_libtorch_names,
     options_from_config,
     parse_config,
     read_config,
     render_config,
     signature_from_config,
 )
+from monai_triton_ops.repository.naming import libtorch_naming, named_index, rename
 from monai_triton_ops.signature import ModelSignature, TensorSpec
 
 
@@ -142,33 +142,69 @@ def test_instance_kinds_are_normalised() -> None:
     [
         (("INPUT__0", "INPUT__1"), ("OUTPUT__0", "OUTPUT__1"), None),
         (("image", "offset"), ("OUTPUT__0", "prob__1"), ("image", "offset", "flag")),
-        (("image",), ("OUTPUT__0",), None),  # forward names, unverifiable without the file
     ],
 )
 def test_libtorch_names_that_map_by_name(inputs: tuple, outputs: tuple, forward: tuple | None) -> None:
-    check_libtorch_names(signature(inputs=inputs, outputs=outputs), forward)
+    assert libtorch_naming(signature(inputs=inputs, outputs=outputs), forward) == []
 
 
 @pytest.mark.parametrize(
-    ("inputs", "outputs", "forward", "message"),
+    ("inputs", "outputs", "forward", "warning"),
     [
-        (("x",), ("probs",), None, r"output 'probs': the libtorch backend needs output names NAME__0"),
-        (("x",), ("OUTPUT__1", "OUTPUT__0"), None, r"output 'OUTPUT__1': .* NAME__0"),
-        (("INPUT__1", "INPUT__0"), ("OUTPUT__0",), None, r"input names must be forward\(\) argument names"),
-        (("image", "mask"), ("OUTPUT__0",), ("x", "y"), r"argument names \['x', 'y'\] or INPUT__0..INPUT__1"),
-        (("INPUT__0", "mask"), ("OUTPUT__0",), None, "got \\['INPUT__0', 'mask'\\]"),
+        (("INPUT_0",), ("OUTPUT_0",), ("x",), "maps outputs ['OUTPUT_0'] by their order in config.pbtxt"),
+        (("INPUT_0",), ("OUTPUT_0",), ("x",), "maps inputs ['INPUT_0'] by their order in config.pbtxt (they are"),
+        (("image", "mask"), ("OUTPUT__0",), ("x", "y"), "neither forward() argument names ['x', 'y'] nor INPUT__0"),
+        (("INPUT__0", "mask"), ("OUTPUT__0",), None, "by name if they are forward() argument names, else by their"),
+        (("x",), ("probs",), None, "maps outputs ['probs'] by their order"),
+        (("a__b__0",), ("OUTPUT__0",), None, "inputs ['a__b__0'] by name if"),  # Triton splits at the first '__'
     ],
-    ids=["dict-keys", "output-order", "input-order", "not-forward", "mixed"],
+    ids=["app-sdk-outputs", "app-sdk-inputs", "not-forward", "mixed", "dict-keys", "double-underscore"],
 )
-def test_libtorch_names_that_would_map_by_luck_are_refused(
-    inputs: tuple, outputs: tuple, forward: tuple | None, message: str
+def test_libtorch_names_that_map_by_config_order_are_a_warning(
+    inputs: tuple, outputs: tuple, forward: tuple | None, warning: str
+) -> None:
+    found = libtorch_naming(signature(inputs=inputs, outputs=outputs), forward)
+    assert any(warning in w for w in found), found
+    render_config(signature(inputs=inputs, outputs=outputs), ConfigOptions(flavor="libtorch"))  # written all the same
+
+
+@pytest.mark.parametrize(
+    ("inputs", "outputs", "message"),
+    [
+        (("x",), ("OUTPUT__1", "OUTPUT__0"), r"output names \['OUTPUT__1', 'OUTPUT__0'\] by the number after '__'"),
+        (("INPUT__1", "INPUT__0"), ("OUTPUT__0",), r"input names \['INPUT__1', 'INPUT__0'\] by the number"),
+        (("x",), ("OUTPUT__3",), r"expected OUTPUT__0..OUTPUT__0 in order"),
+    ],
+    ids=["output-order", "input-order", "index-out-of-range"],
+)
+def test_libtorch_names_it_would_route_to_another_tensor_are_refused(
+    inputs: tuple, outputs: tuple, message: str
 ) -> None:
     sig = signature(inputs=inputs, outputs=outputs)
     with pytest.raises(ConfigError, match=message):
-        check_libtorch_names(sig, forward)
-    if forward is None:
-        with pytest.raises(ConfigError, match=message):
-            render_config(sig, ConfigOptions(flavor="libtorch"))
+        libtorch_naming(sig)
+    with pytest.raises(ConfigError, match=message):
+        render_config(sig, ConfigOptions(flavor="libtorch"))
+
+
+def test_named_index_reads_names_as_triton_does() -> None:
+    assert [named_index(n) for n in ("INPUT__0", "out__12", "INPUT_0", "a__b__0", "x__", "__3")] == [
+        0, 12, None, None, None, 3,
+    ]  # fmt: skip
+
+
+def test_rename_checks_count_validity_and_uniqueness() -> None:
+    sig = signature(inputs=("image",), outputs=("OUTPUT__0",))
+    renamed = rename(sig, ["INPUT_0"], ["OUTPUT_0"])
+    assert (renamed.input_names, renamed.output_names) == (("INPUT_0",), ("OUTPUT_0",))
+    assert renamed.inputs[0].shape == sig.inputs[0].shape
+    with pytest.raises(ConfigError, match=r"has 1 input\(s\) \['image'\], got 2 input name\(s\)"):
+        rename(sig, ["a", "b"])
+    with pytest.raises(ConfigError, match=r"output names \['0ut'\] are not valid tensor names"):
+        rename(sig, None, ["0ut"])
+    two = signature(inputs=("a", "b"))
+    with pytest.raises(ConfigError, match="repeat a name"):
+        rename(two, ["x", "x"])
 
 
 # -- parsing configs written elsewhere ----------------------------------------------------------------

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -51,3 +54,35 @@ def test_outputs_that_alias_an_input_are_copied() -> None:
 
 def test_the_runner_knows_every_dtype_dlpack_can_carry() -> None:
     assert sorted(runner.TORCH_DTYPES) == sorted(f"TYPE_{d}" for d in triton_dtypes() if d != "BYTES")
+
+
+@pytest.mark.parametrize(
+    ("parameters", "optimized", "inference_mode", "threads"),
+    [({}, True, True, None), ({"DISABLE_OPTIMIZED_EXECUTION": "true", "INFERENCE_MODE": "false",
+                                "INTRA_OP_THREAD_COUNT": "1"}, False, False, 1)],
+    ids=["defaults", "libtorch-parameters"],
+)  # fmt: skip
+def test_the_runner_honours_the_libtorch_parameters(
+    tmp_path: Path, parameters: dict[str, str], optimized: bool, inference_mode: bool, threads: int | None
+) -> None:
+    """What a config taken from an NGC deployment (--like) asks of the model, the python runner does too."""
+    (tmp_path / "1").mkdir()
+    torch.jit.save(torch.jit.script(torch.nn.ReLU()), str(tmp_path / "1" / "net.ts"))
+    values = {"torchscript_filename": "net.ts", **parameters}
+    config = {
+        "name": "relu", "max_batch_size": 0, "input": [{"name": "INPUT_0", "data_type": "TYPE_FP32"}],
+        "output": [{"name": "OUTPUT_0", "data_type": "TYPE_FP32"}],
+        "parameters": {k: {"string_value": v} for k, v in values.items()},
+    }  # fmt: skip
+    before = torch.get_num_threads()
+    model = runner.TritonPythonModel()
+    try:
+        model.initialize({"model_config": json.dumps(config), "model_repository": str(tmp_path), "model_version": "1"})
+        assert (model.optimized, model.inference_mode) == (optimized, inference_mode)
+        assert torch.get_num_threads() == (threads or before)
+        out = model._run([torch.tensor([-1.0, 2.0])])
+    finally:
+        torch.set_num_threads(before)
+    assert list(out) == ["OUTPUT_0"]
+    assert out["OUTPUT_0"].tolist() == [0.0, 2.0]
+    assert out["OUTPUT_0"].is_inference() == inference_mode

@@ -7,12 +7,15 @@ plus ``stacked`` (dynamic batching) to run the runner's batching path. Every req
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
+import torch
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
@@ -21,8 +24,12 @@ from monai_triton_ops.repository.builder import build_repository
 from monai_triton_ops.repository.config import DynamicBatching
 from monai_triton_ops.signature import dtype_of
 
-from .conftest import CASES
+from .conftest import CASES, save_scripted
 from .test_builder import example_inputs, run_module
+from .test_like import APP_SDK_CONFIG, SPLEEN_META, spleen_stand_in
+
+if TYPE_CHECKING:
+    from monai_triton_ops.server import LocalTritonServer
 
 pytestmark = pytest.mark.triton
 
@@ -32,29 +39,52 @@ STACKED = DynamicBatching(preferred_batch_sizes=(4,), max_queue_delay_us=5_000_0
 
 
 @pytest.fixture(scope="module")
-def served(
-    model_files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[grpcclient.InferenceServerClient]:
-    """A running server over a repository of every case; stopped (and checked gone) even when tests fail."""
+def server(model_files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTritonServer]:
+    """A running server over a repository of every case; stopped (and checked gone) even when tests fail.
+
+    Besides ``CASES``: ``stacked`` (dynamic batching), ``spleen_ct`` (``--like`` the App SDK's client-side
+    config, python runner on CPU) and ``renamed`` (chosen tensor names).
+    """
     from monai_triton_ops.server import LocalTritonServer, find_tritonserver
 
     try:
         find_tritonserver()
     except ServerNotFoundError as exc:
         pytest.skip(f"no tritonserver: {exc}")
-    repo = tmp_path_factory.mktemp("served") / "repo"
+    work = tmp_path_factory.mktemp("served")
+    repo = work / "repo"
     for name, case in CASES.items():
         build_repository(model_files[name], repo, name, **case.build)
     build_repository(model_files["batched"], repo, "stacked", **CASES["batched"].build, dynamic_batching=STACKED)
+    build_repository(spleen_file(work), repo, like=client_side_folder(work), flavor="python", instance_kind="cpu")
+    build_repository(model_files["two_in_two_out"], repo, "renamed", **CASES["two_in_two_out"].build,
+                     input_names=["INPUT_0", "INPUT_1"], output_names=["doubled", "positive"])  # fmt: skip
     server = LocalTritonServer(repo, startup_timeout_s=180.0)
     with server:
-        client = grpcclient.InferenceServerClient(server.grpc_address)
-        try:
-            yield client
-        finally:
-            client.close()
+        yield server
     assert server.workdir is None
     assert server.pid is None or not _alive(server.pid)
+
+
+@pytest.fixture(scope="module")
+def served(server: LocalTritonServer) -> Iterator[grpcclient.InferenceServerClient]:
+    client = grpcclient.InferenceServerClient(server.grpc_address)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def spleen_file(folder: Path) -> Path:
+    return save_scripted(spleen_stand_in(), folder / "spleen.ts", SPLEEN_META)
+
+
+def client_side_folder(folder: Path) -> Path:
+    """The App SDK remote example's ``models_client_side/spleen_ct``."""
+    model = folder / "models_client_side" / "spleen_ct"
+    model.mkdir(parents=True, exist_ok=True)
+    (model / "config.pbtxt").write_text(APP_SDK_CONFIG)
+    return model
 
 
 def _alive(pid: int) -> bool:
@@ -129,3 +159,97 @@ def test_batched_requests_run_as_one_and_each_gets_its_own_rows(served: grpcclie
         assert np.array_equal(result, array * 3.0 + 1.0)
     stats = served.get_inference_statistics("stacked", client_timeout=TIMEOUT_S).model_stats[0]
     assert (stats.inference_count, stats.execution_count) == (4, 1)
+
+
+def test_a_like_built_model_answers_the_app_sdk_client_unchanged(
+    server: LocalTritonServer, served: grpcclient.InferenceServerClient, tmp_path: Path
+) -> None:
+    """The App SDK's own ``TritonRemoteModel`` (JSON over HTTP) with its client-side config: the model's output."""
+    from monai.deploy.core.models.triton_model import TritonRemoteModel
+
+    from monai_triton_ops.repository.config import read_config
+
+    client_config = read_config(client_side_folder(tmp_path) / "config.pbtxt", name="spleen_ct")
+    model = TritonRemoteModel("spleen_ct", server.http_address, client_config)
+    x = torch.from_numpy(np.random.default_rng(3).standard_normal((1, 1, 96, 96, 96)).astype(np.float32))
+    try:
+        got = model(x).cpu().numpy()
+    finally:
+        model._triton_client.close()
+    expected = run_module(spleen_file(tmp_path), [x.numpy()])[0]
+    assert got.shape == expected.shape == (1, 2, 96, 96, 96)
+    assert np.array_equal(got, expected)
+    config = served.get_model_config("spleen_ct", client_timeout=TIMEOUT_S).config
+    assert [t.name for t in config.input] == ["INPUT_0"]
+    assert config.parameters["DISABLE_OPTIMIZED_EXECUTION"].string_value == "true"
+
+
+def test_chosen_names_are_served_in_order(served: grpcclient.InferenceServerClient) -> None:
+    arrays = example_inputs("two_in_two_out")
+    outputs = infer(served, "renamed", arrays)
+    assert list(outputs) == ["doubled", "positive"]
+    for got, want in zip(outputs.values(), infer(served, "two_in_two_out", arrays).values(), strict=True):
+        assert np.array_equal(got, want)
+
+
+# -- monai-triton repo check --server --------------------------------------------------------------------------
+@pytest.mark.usefixtures("restore_console")
+def test_check_lists_what_a_server_serves(server: LocalTritonServer, capsys: pytest.CaptureFixture[str]) -> None:
+    from monai_triton_ops.cli import main
+
+    for url in (server.grpc_url, server.http_url, server.http_address):  # the App SDK's -t is HOST:PORT (HTTP)
+        assert main(["repo", "check", "--server", url]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert out[0] == f"server {url}"
+        assert out[1].split() == ["MODEL", "VERSION", "STATE", "PLATFORM", "INPUTS", "OUTPUTS"]
+        rows = {line.split()[0]: line for line in out[2:]}
+        assert sorted(rows) == sorted([*CASES, "stacked", "spleen_ct", "renamed"])
+        assert rows["spleen_ct"].split()[:5] == ["spleen_ct", "1", "READY", "python", "INPUT_0"]
+        assert "OUTPUT_0 FP32 [-1, 2, 96, 96, 96]" in rows["spleen_ct"]
+
+
+@pytest.mark.usefixtures("restore_console")
+def test_check_compares_a_client_side_folder_with_the_server(
+    server: LocalTritonServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from monai_triton_ops.cli import main
+
+    folder = client_side_folder(tmp_path)
+    assert main(["repo", "check", str(folder.parent), "--server", server.grpc_url]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert f"spleen_ct: note: the server {server.grpc_url} serves it, version 1" in out
+    (folder / "config.pbtxt").write_text(
+        APP_SDK_CONFIG.replace('"INPUT_0"', '"INPUT__0"').replace("[ 2, 96", "[ 3, 96").replace("16", "8")
+    )
+    shutil.copytree(folder, folder.parent / "liver")
+    assert main(["repo", "check", str(folder.parent), "--server", server.http_url]) == 2
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    label = f"the server ({server.http_url})"
+    assert f"spleen_ct: config.pbtxt says max_batch_size 8, {label} 16" in lines
+    assert f"spleen_ct: config.pbtxt names the inputs ['INPUT__0'], {label} ['INPUT_0']" in lines
+    assert any(line.startswith(f"liver: not on the server {server.http_url} (it serves: batched, ") for line in lines)
+    assert captured.err == "error: 2 of 2 model(s) have problems (listed above): ['liver', 'spleen_ct']\n"
+    (folder / "config.pbtxt").write_text(APP_SDK_CONFIG.replace("[ 2, 96", "[ 3, 96"))
+    assert main(["repo", "check", str(folder), "--server", server.http_url]) == 2
+    assert (
+        f"spleen_ct: output 0 (OUTPUT_0): config.pbtxt says FP32 [3, 96, 96, 96], {label} FP32 [2, 96, 96, 96]"
+    ) in capsys.readouterr().out.splitlines()
+
+
+def test_a_server_nobody_answers_is_exit_3_within_the_timeout(tmp_path: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    for url in (f"grpc://127.0.0.1:{port}", f"127.0.0.1:{port}"):
+        command = [sys.executable, "-m", "monai_triton_ops.cli", "repo", "check", "--server", url, "--timeout", "2"]
+        started = time.monotonic()
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+        assert result.returncode == 3, result.stderr
+        assert result.stderr.startswith(f"error: Triton server {url!r} did not give the repository index within 2 s")
+        assert time.monotonic() - started < 60

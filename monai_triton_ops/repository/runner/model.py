@@ -1,8 +1,12 @@
 """TorchScript runner for the Triton Python backend; copied verbatim to ``<repo>/<name>/<version>/model.py``.
 
 It loads the TorchScript file named by the ``torchscript_filename`` parameter (``model.pt`` by
-default) from its version folder, takes tensor names and dtypes from the model configuration, and
-runs the module under ``torch.inference_mode``.
+default) from its version folder, takes tensor names (any names: inputs are passed to ``forward`` in
+config order, outputs named in config order) and dtypes from the model configuration, and runs the
+module under ``torch.inference_mode``. It honours the libtorch backend's parameters that mean
+something here, so a configuration taken from an NGC deployment behaves the same:
+``DISABLE_OPTIMIZED_EXECUTION`` (TorchScript's graph optimiser off), ``INFERENCE_MODE`` (``false``:
+``torch.no_grad`` instead) and ``INTRA_OP_THREAD_COUNT`` (torch threads of this instance's process).
 
 Tensors cross the Triton boundary by DLPack only: the Python backend stub is built against numpy
 1.x, and with numpy 2 ``pb_utils.Tensor(name, ndarray)`` and ``.as_numpy()`` silently carry 0 bytes.
@@ -27,6 +31,7 @@ except ImportError:  # imported outside Triton, e.g. to test the pure helpers be
 
 TORCHSCRIPT_PARAMETER = "torchscript_filename"
 DEFAULT_FILENAME = "model.pt"
+_TRUE = ("true", "1", "yes", "on")
 #: Triton config dtype -> torch dtype (BYTES has none: DLPack cannot carry it).
 TORCH_DTYPES = {
     "TYPE_BOOL": torch.bool,
@@ -54,9 +59,14 @@ class TritonPythonModel:
         self.input_names = [t["name"] for t in config["input"]]
         self.outputs = [(t["name"], _torch_dtype(self.name, t)) for t in config["output"]]
         self.batching = int(config.get("max_batch_size", 0)) > 0
-        parameter = config.get("parameters", {}).get(TORCHSCRIPT_PARAMETER, {})
-        filename = parameter.get("string_value") or DEFAULT_FILENAME
+        parameters = {k: str(v.get("string_value", "")) for k, v in config.get("parameters", {}).items()}
+        filename = parameters.get(TORCHSCRIPT_PARAMETER) or DEFAULT_FILENAME
         path = os.path.join(args["model_repository"], args["model_version"], filename)
+        self.optimized = parameters.get("DISABLE_OPTIMIZED_EXECUTION", "").lower() not in _TRUE
+        self.inference_mode = parameters.get("INFERENCE_MODE", "true").lower() in _TRUE
+        threads = parameters.get("INTRA_OP_THREAD_COUNT", "")
+        if threads.isdigit() and int(threads) > 0:
+            torch.set_num_threads(int(threads))
         self.device = _device(args)
         self.module = torch.jit.load(path, map_location=self.device)  # type: ignore[no-untyped-call]
         self.module.eval()
@@ -106,7 +116,8 @@ class TritonPythonModel:
         return tensors
 
     def _run(self, inputs: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-        with torch.inference_mode():
+        grad_off = torch.inference_mode() if self.inference_mode else torch.no_grad()
+        with grad_off, torch.jit.optimized_execution(self.optimized):  # type: ignore[attr-defined]
             result = self.module(*inputs)
         outputs = name_results(self.name, [n for n, _ in self.outputs], result)
         for name, dtype in self.outputs:
