@@ -4,7 +4,7 @@
 
     DEBUG     everything: our debug lines, Holoscan's own log, and the traceback of a failure
     INFO      what runs: backend, model, files written; Holoscan stays quiet
-    WARN      warnings only (the default)
+    WARN      warnings only (the default), and the one line saying which backend ran the model and how long
     ERROR     errors only
     CRITICAL  almost nothing
 
@@ -34,6 +34,8 @@ STACK_BYTES = 32 * 1024 * 1024
 _RESTARTED_ENV = "MONAI_TRITON_STACK_RAISED"
 _HOLOSCAN_STACK_WARNING = "Current stack size"
 _LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
+#: ``operators.report``'s logger: its INFO line is shown at the default level.
+RUN_LOGGER = "monai_triton_ops.run"
 
 logger = logging.getLogger(__name__)
 _holoscan_level_is_ours = False
@@ -65,6 +67,8 @@ def configure(level: str) -> None:
         handler.setFormatter(logging.Formatter(_LOG_FORMAT))
         root.addHandler(handler)
     root.setLevel("WARNING" if level == "WARN" else level)
+    # The one line a run prints by default (which backend, where, how long): shown down to -l WARN.
+    logging.getLogger(RUN_LOGGER).setLevel("INFO" if level in ("DEBUG", "INFO", "WARN") else level)
     configure_holoscan(level)
     warnings.filterwarnings("ignore", message=_HOLOSCAN_STACK_WARNING, category=RuntimeWarning)
 
