@@ -293,9 +293,9 @@ def run_app(app: str | AppFactory, argv: Sequence[str] | None = None) -> int:
     process may restart itself once with a larger stack (``console.prepare_process``).
     """
     args = list(sys.argv if argv is None else argv)
-    console.prepare_process(restart=argv is None)
     if argv is None:  # a real process: Ctrl-C and SIGTERM end it within seconds, from any thread
-        interrupts.install()
+        interrupts.install()  # before a restart: the blocked signals stay pending across it
+    console.prepare_process(restart=argv is None)
     level = console.level_from_argv(args)
     console.configure(level)
 

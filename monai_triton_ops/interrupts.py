@@ -54,18 +54,34 @@ _stopping = threading.Event()
 def install() -> bool:
     """Take SIGINT and SIGTERM from every thread to be created, and start the watcher; once per process.
 
-    Call it first thing in the main thread (``app_args.run_app`` does). Returns False when not
-    possible (not the main thread, not POSIX) and the process keeps Python's default handling.
+    Call it first thing in the main thread (``app_args.run_app`` does). A thread that already exists
+    (an import that started one) keeps the signals unblocked; a signal it receives goes through
+    Python's handler, whose wake-up file descriptor a second watcher reads. Returns False when not
+    possible (not the main thread, not POSIX) and the process keeps Python's default handling. A
+    signal the parent set to be ignored (``nohup``, a background job of a script) stays ignored.
     """
     global _installed
     if _installed:
         return True
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
         return False
-    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
-    threading.Thread(target=_watch, name="monai-triton-interrupts", daemon=True).start()
+    wanted = [s for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN]
+    if not wanted:
+        return False
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    for number in wanted:
+        signal.signal(number, _python_handler)
+    signal.pthread_sigmask(signal.SIG_BLOCK, wanted)
+    threading.Thread(target=_watch, args=(wanted,), name="monai-triton-interrupts", daemon=True).start()
+    threading.Thread(target=_watch_fd, args=(read_fd,), name="monai-triton-interrupts-fd", daemon=True).start()
     _installed = True
     return True
+
+
+def _python_handler(number: int, frame: object) -> None:
+    """The main thread's part when it runs Python again: nothing; the watcher has the signal already."""
 
 
 def is_installed() -> bool:
@@ -106,11 +122,30 @@ def wait_if_stopping() -> None:
         time.sleep(DEADLINE_S + 5)  # the watcher ends the process before this returns
 
 
-def _watch() -> None:
-    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
-    number = signal.sigwait(SIGNALS)
-    _stopping.set()
+def _watch(wanted: list[signal.Signals]) -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, wanted)
+    _handle(signal.sigwait(wanted))
+
+
+def _watch_fd(read_fd: int) -> None:
+    """Signals delivered to a thread that did not block them: Python's C handler writes their numbers here."""
+    while True:
+        data = os.read(read_fd, 64)
+        numbers = [n for n in data if n in (int(s) for s in SIGNALS)]
+        if numbers:
+            _handle(numbers[0])
+
+
+_handling = threading.Lock()
+
+
+def _handle(number: int) -> None:
+    """The first signal: report, clean up, exit. A second one (from either watcher): remove outputs, exit now."""
     code = _CODES.get(signal.Signals(number), INTERRUPTED)
+    if not _handling.acquire(blocking=False):
+        _remove_new_outputs()
+        os._exit(code)
+    _stopping.set()
     print(f"error: {_LINES.get(signal.Signals(number), 'interrupted')}", file=sys.stderr, flush=True)
     threading.Thread(target=_second_signal, args=(code,), name="monai-triton-interrupts-2", daemon=True).start()
     timer = threading.Timer(DEADLINE_S, os._exit, args=(code,))
