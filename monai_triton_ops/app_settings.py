@@ -215,3 +215,76 @@ def option_help(option: str, schemes: tuple[str, ...]) -> dict[str, Any]:
         "metavar": "VALUE",
         "help": f"backend option {option} ({', '.join(schemes)}; env {env_of(option)})",
     }
+
+
+# -- what can be chosen here -------------------------------------------------------------------
+@dataclass(frozen=True)
+class BackendStatus:
+    """One backend scheme: whether it can run here, why not, and its options."""
+
+    scheme: str
+    runs_here: bool
+    detail: str
+    options: tuple[str, ...] = ()
+
+
+def backend_statuses() -> list[BackendStatus]:
+    """Every registered scheme, imported and checked as far as can be without a model or a server."""
+    from .backends.registry import available_backends, backend_class
+    from .errors import BackendSpecError, BackendUnavailableError
+
+    statuses = []
+    for scheme, entry in available_backends().items():
+        try:
+            cls = backend_class(scheme)
+        except (BackendUnavailableError, BackendSpecError) as exc:
+            statuses.append(BackendStatus(scheme, False, str(exc)))
+            continue
+        runs, detail = _check(scheme, entry.takes_urls)
+        statuses.append(BackendStatus(scheme, runs, detail, tuple(_option_names(cls.options_type))))
+    return statuses
+
+
+def _check(scheme: str, takes_urls: bool) -> tuple[bool, str]:
+    """What more than an import a scheme needs here: a GPU, the Triton library, a server address."""
+    if takes_urls:
+        tls = "TLS; " if scheme.endswith("s") else ""
+        return True, f"{tls}needs a Triton server: {scheme}://HOST:PORT"
+    if scheme == "torch":
+        import torch
+
+        cuda = "device=cuda available" if torch.cuda.is_available() else "CPU only here (no CUDA device)"
+        return True, f"TorchScript in the app's process; {cuda}"
+    if scheme == "triton":
+        from . import bindings
+        from .errors import ServerNotFoundError
+
+        try:
+            library = bindings.load_library()
+        except (ServerNotFoundError, OSError) as exc:
+            return False, f"no Triton server library: {exc}"
+        if library.install is None:
+            return False, f"{library.path} is not inside a Triton install; set TRITONSERVER_HOME"
+        return True, f"Triton's core in the app's process ({library.path})"
+    return True, "a third-party backend"
+
+
+def render_backends(statuses: list[BackendStatus]) -> str:
+    """The table ``monai-triton backends`` prints, then the naming rule of the options."""
+    width = max(len(s.scheme) for s in statuses) + 2
+    lines = [f"{'backend':<{width}}{'runs here':<11}details"]
+    for status in statuses:
+        lines.append(f"{status.scheme:<{width}}{'yes' if status.runs_here else 'no':<11}{status.detail}")
+    names = sorted({option for status in statuses for option in status.options})
+    lines += ["", "options (flag, variable; also in app.yaml's environment): backends"]
+    flag_width = max((len(flag_of(o)) for o in names), default=0) + 2
+    env_width = max((len(env_of(o)) for o in names), default=0) + 2
+    for option in names:
+        schemes = ", ".join(s.scheme for s in statuses if option in s.options)
+        lines.append(f"  {flag_of(option):<{flag_width}}{env_of(option):<{env_width}}{schemes}")
+    lines += [
+        "",
+        f"backend: --backend / {ENV_PREFIX}BACKEND; model: --model-name / {ENV_MODEL_NAME}; "
+        "precedence: command line > environment > app.yaml > code",
+    ]
+    return "\n".join(lines) + "\n"

@@ -6,6 +6,7 @@
     monai-triton repo describe MODEL
     monai-triton config MODEL [--name NAME] [same options as repo build]
     monai-triton serve REPO [--http-port N] [--grpc-port N] [--metrics-port N] [--server-path P]
+    monai-triton backends
 
 Every command takes ``-l LEVEL`` (``console.py``) and ends in ``exits.py``: a failure is one line on
 stderr and exit code 2 (bad input or usage), 3 (backend or server unavailable) or 1 (a bug), the
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_repo(commands)
     _add_config(commands)
     _add_serve(commands)
+    _add_backends(commands)
     return parser
 
 
@@ -273,6 +275,19 @@ def _run_serve(args: argparse.Namespace) -> int:
             print(f"model   {entry.get('name')} version {entry.get('version') or '?'} {entry.get('state')}", flush=True)
 
     return run_in_foreground(server, on_ready=announce)
+
+
+def _add_backends(commands: argparse._SubParsersAction[Any]) -> None:
+    p = commands.add_parser("backends", help="list every backend, whether it can run here and why not, and the options")
+    _add_log_level(p)
+    p.set_defaults(handler=_run_backends)
+
+
+def _run_backends(args: argparse.Namespace) -> int:
+    from .app_settings import backend_statuses, render_backends
+
+    sys.stdout.write(render_backends(backend_statuses()))
+    return exits.OK
 
 
 def _model_folders(repository: Path) -> list[Path]:

@@ -71,6 +71,37 @@ def configure(level: str) -> None:
     logging.getLogger(RUN_LOGGER).setLevel("INFO" if level in ("DEBUG", "INFO", "WARN") else level)
     configure_holoscan(level)
     warnings.filterwarnings("ignore", message=_HOLOSCAN_STACK_WARNING, category=RuntimeWarning)
+    if level != "DEBUG":
+        quiet_unactionable()
+
+
+#: Warnings a user cannot act on: the GPU image decoder (nvImageCodec) is absent and DICOM is decoded by
+#: pydicom instead, with the same pixels. They stay visible at ``-l DEBUG``: (logger name, message start).
+_UNACTIONABLE = (
+    ("monai.deploy.operators.decoder_nvimgcodec", "Module nvidia.nvimgcodec is not available"),
+    ("root", "The nvimgcodec decoder plugin did not register successfully"),
+    ("monai.data.nvimgcodec_pydicom_plugin", "nvImageCodec is not available"),
+)
+_UNACTIONABLE_WARNINGS = (r"NvImgCodecPydicomReader: nvImageCodec decoder plugin did not register",)
+
+
+class _DropUnactionable(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        return not any(record.name == name and message.startswith(start) for name, start in _UNACTIONABLE)
+
+
+_DROP = _DropUnactionable()
+
+
+def quiet_unactionable() -> None:
+    """Drop the warnings of ``_UNACTIONABLE`` (logger filters survive the App SDK's logging set-up)."""
+    for name in {name for name, _ in _UNACTIONABLE}:
+        logger_ = logging.getLogger() if name == "root" else logging.getLogger(name)
+        if _DROP not in logger_.filters:
+            logger_.addFilter(_DROP)
+    for message in _UNACTIONABLE_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=UserWarning)
 
 
 def configure_holoscan(level: str) -> None:
