@@ -71,7 +71,7 @@ def run_dictionary_inference(
     The result is channel first, ``(C, *spatial)``, on the grid the post-transforms leave it on
     (the input's, after ``Invertd``).
     """
-    item = pre_transforms(dict(data)) if pre_transforms else dict(data)
+    item = _apply(pre_transforms, dict(data), "pre", input_key, pred_key, backend)
     _check_item(item, input_key, "the pre-transforms' result", backend)
     batch = list_data_collate([item])
     images = batch[input_key]
@@ -82,10 +82,31 @@ def run_dictionary_inference(
         batch[pred_key] = make_inferer(settings)(images, predictor)
     if not isinstance(batch[pred_key], torch.Tensor):
         raise ConfigError("the inferer returned several outputs; pick one with the backend's output_name option")
-    items = [post_transforms(i) if post_transforms else i for i in decollate_batch(batch)]
+    items = [_apply(post_transforms, i, "post", input_key, pred_key, backend) for i in decollate_batch(batch)]
     _check_item(items[0], pred_key, "the post-transforms' result", backend)
     result = items[0][pred_key]
     return result if isinstance(result, torch.Tensor) else torch.as_tensor(result)
+
+
+def _apply(
+    transform: Callable[[Any], Any] | None,
+    item: dict[str, Any],
+    stage: str,
+    input_key: str,
+    pred_key: str,
+    backend: Any,
+) -> Any:
+    """Run a chain on ``item``; MONAI's error (often a missing key) gets the keys the operator used."""
+    if transform is None:
+        return item
+    try:
+        return transform(item)
+    except (KeyError, RuntimeError) as exc:
+        raise ConfigError(
+            f"model {backend.model_name!r}: the {stage}-transforms failed on a dictionary with keys "
+            f"{sorted(map(str, item))} (input_dataset_key {input_key!r}, pred_dataset_key {pred_key!r}): "
+            f"{str(exc).splitlines()[0]}"
+        ) from exc
 
 
 def _check_item(item: Any, key: str, what: str, backend: BaseBackend) -> None:
