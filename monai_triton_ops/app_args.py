@@ -199,11 +199,13 @@ def resolve_backend_setting(
     choice: Setting | None = None
     if cli or netloc:
         choice = Setting(cli or netloc_spec(netloc) or "", "command line")
-    else:
-        for variable, value in ((ENV_BACKEND, env.get(ENV_BACKEND)), (ENV_NETLOC, netloc_spec(env.get(ENV_NETLOC)))):
-            if value:
-                choice = Setting(value, app_settings.source_of(variable, yaml_values, env))
-                break
+    else:  # the environment's two variables, then app.yaml's: a real variable beats a default from app.yaml
+        found = [
+            Setting(value, app_settings.source_of(variable, yaml_values, env))
+            for variable, value in ((ENV_BACKEND, env.get(ENV_BACKEND)), (ENV_NETLOC, netloc_spec(env.get(ENV_NETLOC))))
+            if value
+        ]
+        choice = next((s for s in found if s.source == "environment"), found[0] if found else None)
     choice = choice or Setting(default, "code")
     parse_backend_spec(choice.value)  # a typo fails here, before any operator starts
     return choice

@@ -1,6 +1,6 @@
 """monai-triton: run App SDK apps on any backend; build, check and serve model repositories.
 
-    monai-triton exec APP -i IN -o OUT -m MODELS [--backend SPEC] [-w DIR] [-t HOST:PORT] [--allow-non-finite]
+    monai-triton exec APP -i IN -o OUT -m MODELS [--backend SPEC] [-w DIR] [-t HOST:PORT] [APP OPTIONS]
     monai-triton repo build MODEL -o REPO --name NAME [--flavor python|libtorch] [--input-shape 1,1,96,96,96 ...]
     monai-triton repo check REPO
     monai-triton repo describe MODEL
@@ -36,7 +36,11 @@ class _Parser(argparse.ArgumentParser):
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     try:
-        args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+        parser = build_parser()
+        args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else list(argv))
+        if rest and args.command != "exec":  # exec hands the rest to the app, whose parser judges it
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        args.app_args = rest
     except UsageError as exc:
         return exits.report(exc)
     except SystemExit as exc:  # --help, --version
@@ -69,12 +73,19 @@ def _add_log_level(p: argparse.ArgumentParser, default: str = console.DEFAULT_LE
 
 
 def _add_exec(commands: argparse._SubParsersAction[Any]) -> None:
-    p = commands.add_parser("exec", help="run an App SDK application (folder with __main__.py, or a .py file)")
+    p = commands.add_parser(
+        "exec",
+        help="run an App SDK application (folder with __main__.py, or a .py file)",
+        epilog="Any other option goes to the app: --model-name, --preview, backend options (--timeout-s ...); "
+        "'monai-triton backends' lists them.",
+    )
     p.add_argument("app", type=Path, help="application folder (with __main__.py) or script")
     p.add_argument("-i", "--input", required=True, help="input file or folder")
     p.add_argument("-o", "--output", required=True, help="output folder (created if missing)")
     p.add_argument("-m", "--model", required=True, help="model repository folder")
-    p.add_argument("--backend", metavar="SPEC", help="where the model runs: torch (default) or a later backend's spec")
+    p.add_argument(
+        "--backend", metavar="SPEC", help="where the model runs: torch (default), triton, grpc://H:P, http://H:P"
+    )
     p.add_argument("-w", "--workdir", help="App SDK workspace folder, passed to the app")
     p.add_argument("-t", "--triton-server-netloc", metavar="HOST:PORT", help="App SDK option, passed to the app")
     p.add_argument("--allow-non-finite", action="store_true", help="run on images with NaN/Inf voxels")
@@ -99,6 +110,7 @@ def _run_exec(args: argparse.Namespace) -> int:
             argv += [flag, value]
     if args.allow_non_finite:
         argv.append("--allow-non-finite")
+    argv += args.app_args
     saved, sys.argv = sys.argv, argv
     try:
         runpy.run_path(str(app), run_name="__main__")

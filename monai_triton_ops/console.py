@@ -67,8 +67,14 @@ def configure(level: str) -> None:
         handler.setFormatter(logging.Formatter(_LOG_FORMAT))
         root.addHandler(handler)
     root.setLevel("WARNING" if level == "WARN" else level)
-    # The one line a run prints by default (which backend, where, how long): shown down to -l WARN.
-    logging.getLogger(RUN_LOGGER).setLevel("INFO" if level in ("DEBUG", "INFO", "WARN") else level)
+    # The one line a run prints by default (which backend, where, how long): shown down to -l WARN, bare.
+    run = logging.getLogger(RUN_LOGGER)
+    run.setLevel("INFO" if level in ("DEBUG", "INFO", "WARN") else level)
+    if not any(isinstance(h, _StderrHandler) for h in run.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        run.addHandler(handler)
+    run.propagate = False
     configure_holoscan(level)
     warnings.filterwarnings("ignore", message=_HOLOSCAN_STACK_WARNING, category=RuntimeWarning)
     if level != "DEBUG":
@@ -102,6 +108,21 @@ def quiet_unactionable() -> None:
             logger_.addFilter(_DROP)
     for message in _UNACTIONABLE_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=UserWarning)
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a record comes (test runners swap it)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> object:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: object) -> None:
+        pass
 
 
 def configure_holoscan(level: str) -> None:
