@@ -227,3 +227,10 @@ def test_the_backends_listing_says_what_runs_here_and_names_every_flag() -> None
         assert f"{flag_of(option)} " in text
         assert env_of(option) in text
     assert "command line > environment > app.yaml > code" in text
+
+
+def test_the_app_sdks_netloc_in_the_environment_beats_a_backend_in_app_yaml(unet_repo: Path, tmp_path: Path) -> None:
+    folder = app_folder(tmp_path, {"MONAI_TRITON_BACKEND": "torch"})
+    os.environ["TRITON_SERVER_NETLOC"] = "triton.example:8000"
+    context = init_app_context([str(folder), "-i", str(unet_repo), "-o", str(tmp_path / "o"), "-m", str(unet_repo)])
+    assert (context.args["backend"], context.args["backend_source"]) == ("http://triton.example:8000", "environment")
