@@ -101,9 +101,11 @@ def test_the_readme_snippet_is_the_example_shortened_and_runs(first_run: Path, c
     app = tmp_path / "my_app.py"
     app.write_text(readme_app(), encoding="utf-8")
     out = tmp_path / "out"
-    result = run_ok("-m", "monai_triton_ops.cli", "exec", app, "-i", clone.image, "-o", out, "-m", clone.repo)
+    command = ["exec", app, "-i", clone.image, "-o", out, "-m", clone.repo, "--preview", "--timeout-s", "60"]
+    result = run_ok("-m", "monai_triton_ops.cli", *command)  # exec hands --preview and --timeout-s to the app
     assert_run_line(result.stderr)
     np.testing.assert_array_equal(labels(out / "seg.nii.gz"), labels(first_run))
+    assert (out / "preview.png").stat().st_size > 0
 
 
 def test_a_two_channel_nifti_through_a_two_channel_model(clone: Clone, tmp_path: Path) -> None:
