@@ -101,7 +101,10 @@ def _to_ras(
 ) -> tuple[np.ndarray, np.ndarray, tuple[float, float, float]]:
     """``(D, H, W)`` arrays -> ``(X, Y, Z)`` in RAS order, with the voxel spacing along each axis."""
     if image.shape != labels.shape:
-        raise ValueError(f"preview: image {list(image.shape)} and labels {list(labels.shape)} differ in shape")
+        raise ValueError(
+            f"the image {list(image.shape)} and the labels {list(labels.shape)} differ in shape (post-transforms "
+            "that resample need an Invertd back to the input's grid)"
+        )
     volume, label_map = image.T.astype(np.float32), labels.T
     if affine is None:
         return volume, label_map, (1.0, 1.0, 1.0)

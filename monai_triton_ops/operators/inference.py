@@ -242,10 +242,17 @@ class InferenceOperator(SdkInferenceOperator):
             result = self.post_process(self.predict(self.pre_process(image)))
         log_run(self.model_name, self.backend, 1, time.perf_counter() - started)
         if self.preview and self.preview_folder is not None:
-            from ..preview import write_preview
-
-            write_preview(image, result, self.preview_folder / "preview.png", label_names=self.label_names)
+            self._write_preview(image, result, self.preview_folder / "preview.png")
         return Image(result, metadata=metadata)
+
+    def _write_preview(self, image: Image, result: np.ndarray, path: Path) -> None:
+        """``--preview``: a picture is not worth failing a finished inference for, so a problem is a warning."""
+        from ..preview import write_preview
+
+        try:
+            write_preview(image, result, path, label_names=self.label_names)
+        except (ValueError, OSError) as exc:
+            logger.warning("model %r: no preview written: %s", self.model_name, exc)
 
     def _infer_dictionary(self, image: Image, metadata: Mapping[str, Any]) -> np.ndarray:
         """``MonaiSegInferenceOperator``'s data flow over this operator's backend."""

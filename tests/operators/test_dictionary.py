@@ -204,3 +204,30 @@ def test_sdk_keywords_and_settings_do_not_mix(fragment: Application, model_repo:
         InferenceOperator(
             fragment, model_name="unet", backend="torch", model_path=model_repo / "unet" / "1" / "model.pt", name="y"
         )
+
+
+def test_preview_after_invertd_and_a_warning_where_the_grid_differs(
+    fragment: Application, model_repo: Path, image: Image, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    for inverted in (True, False):
+        chain = pre(None)
+        post_chain = post(chain) if inverted else Compose([AsDiscreted(keys=PRED, argmax=True)])
+        operator = InferenceOperator(
+            fragment,
+            model_name="unet",
+            backend="torch",
+            model_path=model_repo,
+            settings=InferenceSettings(roi_size=(8, 8, 8)),
+            pre_transforms=chain,
+            post_transforms=post_chain,
+            input_dataset_key=KEY,
+            pred_dataset_key=PRED,
+            label_names={1: "one", 2: "two"},
+            name="infer",
+        )
+        operator.preview, operator.preview_folder = True, tmp_path / str(inverted)
+        result = operator.compute_impl(image)
+        assert result.asnumpy().dtype == np.uint8
+        assert (tmp_path / str(inverted) / "preview.png").is_file() == inverted
+    assert "no preview written" in caplog.text
+    assert "need an Invertd" in caplog.text
