@@ -92,6 +92,18 @@ class Run:
             assert time.monotonic() < deadline, f"no temporary file within {timeout_s} s"
             time.sleep(0.001)
 
+    def wait_for_signals_taken(self, timeout_s: float = 120) -> None:
+        """Until the main thread blocks SIGINT and SIGTERM (``/proc``'s ``SigBlk``): ``interrupts.install`` ran."""
+        wanted = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1))
+        deadline = time.monotonic() + timeout_s
+        while True:
+            status = Path(f"/proc/{self.process.pid}/status").read_text()
+            blocked = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigBlk:")), 16)
+            if blocked & wanted == wanted:
+                return
+            assert time.monotonic() < deadline, "the app never took the signals"
+            time.sleep(0.005)
+
     def interrupt(self, number: signal.Signals) -> tuple[int, float]:
         """Send ``number``; returns the exit code and the seconds to the end of the process."""
         sent = time.monotonic()
@@ -116,7 +128,7 @@ def assert_interrupted(run: Run, number: signal.Signals, code: int, seconds: flo
 def test_at_start_before_the_graph_runs(setup: tuple[Path, Path, Path], tmp_path: Path, number: signal.Signals) -> None:
     repo, small, _ = setup
     run = Run(repo, small, tmp_path / "out", "--model-name", "slow")
-    time.sleep(1.5)  # the interpreter is up; imports of torch, MONAI and Holoscan take seconds more
+    run.wait_for_signals_taken()  # run_app has started; imports of torch, MONAI and Holoscan take seconds more
     code, seconds = run.interrupt(number)
     assert_interrupted(run, number, code, seconds)
     assert run.lines == [LINES[number]]  # the one line, and nothing else at the default level
