@@ -296,8 +296,10 @@ def run_app(app: str | AppFactory, argv: Sequence[str] | None = None) -> int:
     """
     args = list(sys.argv if argv is None else argv)
     if argv is None:  # a real process: Ctrl-C and SIGTERM end it within seconds, from any thread
-        interrupts.install()  # before a restart: the blocked signals stay pending across it
+        interrupts.block()  # held back across a restart (execv keeps the mask and pending signals)...
     console.prepare_process(restart=argv is None)
+    if argv is None:
+        interrupts.install()  # ...and taken from here on, a signal that came meanwhile included
     level = console.level_from_argv(args)
     console.configure(level)
 

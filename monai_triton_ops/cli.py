@@ -95,11 +95,13 @@ def _add_exec(commands: argparse._SubParsersAction[Any]) -> None:
 
 def _run_exec(args: argparse.Namespace) -> int:
     """Run the app in this process with the argv it would get from ``python APP ...``."""
-    if args.process:  # Ctrl-C / SIGTERM from here on: one line, exit 130 / 143 (kept pending across the restart)
-        from . import interrupts
+    from . import interrupts
 
-        interrupts.install()
+    if args.process:  # Ctrl-C / SIGTERM held back across the restart, then taken by the watcher
+        interrupts.block()
     console.prepare_process(restart=args.process)  # before anything imports Holoscan
+    if args.process:
+        interrupts.install()
     app = args.app
     if not (app.is_file() or (app / "__main__.py").is_file()):
         raise UsageError(f"{str(app)!r} is neither a .py file nor a folder with __main__.py")

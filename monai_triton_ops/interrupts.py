@@ -80,6 +80,13 @@ def install() -> bool:
     return True
 
 
+def block() -> None:
+    """Only hold SIGINT and SIGTERM back (pending): before a restart (``os.execv``), which keeps the mask and the
+    pending signals but not the watcher thread; ``install()`` in the restarted process then takes them."""
+    if threading.current_thread() is threading.main_thread() and hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, [s for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN])
+
+
 def _python_handler(number: int, frame: object) -> None:
     """The main thread's part when it runs Python again: nothing; the watcher has the signal already."""
 
