@@ -57,8 +57,12 @@ def copy_app(upstream: Path, dest: Path, *patches: Path) -> Path:
     return dest
 
 
-def write_ct_series(folder: Path, shape: tuple[int, int, int] = (72, 64, 40), spacing: float = 1.6) -> Path:
-    """An axial CT series (int16 HU + intercept), a body with a brighter 'spleen' blob; rows x cols x slices."""
+def write_ct_series(folder: Path, shape: tuple[int, int, int] = (100, 64, 40), spacing: float = 1.6) -> Path:
+    """An axial CT series (HU + intercept), a body with a brighter 'spleen' blob; rows x cols x slices.
+
+    After the example's resampling to 1.5 x 1.5 x 2.9 mm it is 107 x 68 x 41 voxels: two 96^3 windows, so the
+    sliding window's batching and blending are part of the comparison.
+    """
     rows, cols, slices = shape
     rng = np.random.default_rng(0)
     z, y, x = np.mgrid[0:slices, 0:rows, 0:cols].astype(np.float32)
