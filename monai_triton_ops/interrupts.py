@@ -74,6 +74,9 @@ def install() -> bool:
     for number in wanted:
         signal.signal(number, _python_handler)
     signal.pthread_sigmask(signal.SIG_BLOCK, wanted)
+    # A child inherits the mask: one forked by Python (os.fork, subprocess with preexec_fn, as the local
+    # tritonserver is started) gets the signals back; one spawned without a Python fork keeps them blocked.
+    os.register_at_fork(after_in_child=_unblock)
     threading.Thread(target=_watch, args=(wanted,), name="monai-triton-interrupts", daemon=True).start()
     threading.Thread(target=_watch_fd, args=(read_fd,), name="monai-triton-interrupts-fd", daemon=True).start()
     _installed = True
@@ -85,6 +88,10 @@ def block() -> None:
     pending signals but not the watcher thread; ``install()`` in the restarted process then takes them."""
     if threading.current_thread() is threading.main_thread() and hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_BLOCK, [s for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN])
+
+
+def _unblock() -> None:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
 
 
 def _python_handler(number: int, frame: object) -> None:
