@@ -16,12 +16,16 @@ import argparse
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import nibabel as nib
 import numpy as np
 
+# This process runs no Holoscan graph (each app run is its own process, whose stack limit is raised), but
+# `import monai` (transforms.py) imports Holoscan, which would warn about this process's stack size.
+warnings.filterwarnings("ignore", message="Current stack size", category=RuntimeWarning)
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
