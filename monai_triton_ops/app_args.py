@@ -1,12 +1,14 @@
 """The command line of an App SDK app: the App SDK's options plus ours, checked before the graph runs.
 
-Ours: ``--backend SPEC`` and ``--allow-non-finite``
-(or ``MONAI_TRITON_ALLOW_NON_FINITE=1``). The App SDK's: ``-i -o -m -w -t -l``. The backend, first match wins::
+Ours: ``--backend SPEC``, ``--model-name NAME``, one flag per backend option (``--timeout-s``,
+``--max-in-flight``... see ``app_settings``), ``--preview`` and ``--allow-non-finite``; each also as a
+``MONAI_TRITON_*`` variable and in the app's ``app.yaml`` (``application.environment``). The App SDK's:
+``-i -o -m -w -t -l``. The backend, first match wins::
 
     --backend SPEC                      explicit choice (command line)
     -t/--triton-server-netloc H:P       the App SDK's own remote option -> http://H:P (HTTP, as in the App SDK)
-    MONAI_TRITON_BACKEND=SPEC           explicit choice (environment)
-    TRITON_SERVER_NETLOC=H:P            the App SDK's environment variable -> http://H:P
+    MONAI_TRITON_BACKEND=SPEC           explicit choice (environment, then app.yaml)
+    TRITON_SERVER_NETLOC=H:P            the App SDK's environment variable -> http://H:P (environment, then app.yaml)
     the app's default                   usually ``torch``
 
 So an App SDK app started with ``-t`` runs on the remote backend unchanged, and ``--backend`` always wins. The App SDK's
@@ -17,8 +19,9 @@ whole command line is checked once by a parser that knows every option, so a typ
 output folder that cannot be written (exit 2).
 
 ``run_app`` is the ``__main__`` of an app: ``--help`` that lists every option (Holoscan's own
-``--help`` would show only Holoscan's), one log level for everything, and every failure as one line
-and a documented exit code (``exits.py``).
+``--help`` would show only Holoscan's), one log level for everything, Ctrl-C and SIGTERM ending the
+run within seconds (``interrupts.py``), and every failure as one line and a documented exit code
+(``exits.py``).
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from . import console, exits, preflight
+from . import app_settings, console, exits, interrupts, preflight
+from .app_settings import Setting
 from .errors import UsageError
 
 if TYPE_CHECKING:
@@ -44,8 +48,13 @@ DEFAULT_BACKEND = "torch"
 ENV_ALLOW_NON_FINITE = "MONAI_TRITON_ALLOW_NON_FINITE"
 #: The App SDK's own variable for a Triton server's ``HOST:PORT`` (its ``-t/--triton-server-netloc``).
 ENV_NETLOC = "TRITON_SERVER_NETLOC"
+ENV_PREVIEW = "MONAI_TRITON_PREVIEW"
 #: Keys under which our options land in ``AppContext.args``.
 BACKEND_ARG = "backend"
+BACKEND_SOURCE_ARG = "backend_source"
+MODEL_NAME_ARG = "model_name"
+BACKEND_OPTIONS_ARG = "backend_options"
+PREVIEW_ARG = "preview"
 ALLOW_NON_FINITE_ARG = "allow_non_finite"
 _TRUE = {"1", "true", "yes", "on"}
 _HELP = ("-h", "--help")
@@ -58,8 +67,11 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see '{self.prog} --help')")
 
 
-def backend_parser() -> argparse.ArgumentParser:
-    """Our options alone; ``add_help=False`` so that the whole parser can include it."""
+def backend_parser(*, options: bool = True) -> argparse.ArgumentParser:
+    """Our options alone; ``add_help=False`` so that the whole parser can include it.
+
+    With ``options``, one flag per option of every backend that imports here (``--timeout-s``...).
+    """
     parser = _Parser(add_help=False)
     parser.add_argument(
         "--backend",
@@ -70,11 +82,28 @@ def backend_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument(
+        "--model-name",
+        metavar="NAME",
+        help=(
+            "the model to run instead of the one the app's code names: NAME, or CODE=NAME[,CODE=NAME] per "
+            f"operator (env {app_settings.ENV_MODEL_NAME})"
+        ),
+    )
+    parser.add_argument(
+        "--preview",
+        action="store_true",
+        default=None,
+        help=f"also write preview.png: input slices with the labels overlaid (env {ENV_PREVIEW}=1)",
+    )
+    parser.add_argument(
         "--allow-non-finite",
         action="store_true",
         default=None,
         help=f"run on images with NaN/Inf voxels instead of refusing them (env {ENV_ALLOW_NON_FINITE}=1)",
     )
+    if options:
+        for option, schemes in app_settings.backend_option_names().items():
+            parser.add_argument(app_settings.flag_of(option), **app_settings.option_help(option, schemes))
     return parser
 
 
@@ -114,6 +143,12 @@ def _split(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     return known, [argv[0], *rest] if argv else rest
 
 
+def _cli_options(known: argparse.Namespace) -> dict[str, str | None]:
+    """The backend options given as flags: ``{"timeout_s": "30", ...}`` (``None`` when not given)."""
+    prefix = "option_"
+    return {k[len(prefix) :]: v for k, v in vars(known).items() if k.startswith(prefix)}
+
+
 def split_netloc_args(argv: Sequence[str]) -> tuple[str | None, list[str]]:
     """``(-t/--triton-server-netloc value or None, argv without it)``, like :func:`split_backend_args`."""
     parser = argparse.ArgumentParser(add_help=False)
@@ -145,18 +180,47 @@ def resolve_backend(
 
     The result is validated, so a typo fails before any operator starts.
     """
+    return resolve_backend_setting(cli, default=default, environ=environ, netloc=netloc).value
+
+
+def resolve_backend_setting(
+    cli: str | None,
+    *,
+    default: str = DEFAULT_BACKEND,
+    environ: Mapping[str, str] | None = None,
+    netloc: str | None = None,
+    from_yaml: Mapping[str, str] | None = None,
+) -> Setting:
+    """As :func:`resolve_backend`, with where the spec came from (``from_yaml``: what app.yaml set)."""
     from .backends.registry import parse_backend_spec
 
     env = os.environ if environ is None else environ
-    spec = cli or netloc_spec(netloc) or env.get(ENV_BACKEND) or netloc_spec(env.get(ENV_NETLOC)) or default
-    parse_backend_spec(spec)  # a typo fails here, before any operator starts
-    return spec
+    yaml_values = from_yaml or {}
+    choice: Setting | None = None
+    if cli or netloc:
+        choice = Setting(cli or netloc_spec(netloc) or "", "command line")
+    else:  # the environment's two variables, then app.yaml's: a real variable beats a default from app.yaml
+        found = [
+            Setting(value, app_settings.source_of(variable, yaml_values, env))
+            for variable, value in ((ENV_BACKEND, env.get(ENV_BACKEND)), (ENV_NETLOC, netloc_spec(env.get(ENV_NETLOC))))
+            if value
+        ]
+        choice = next((s for s in found if s.source == "environment"), found[0] if found else None)
+    choice = choice or Setting(default, "code")
+    parse_backend_spec(choice.value)  # a typo fails here, before any operator starts
+    return choice
 
 
 def resolve_allow_non_finite(cli: bool | None, *, environ: Mapping[str, str] | None = None) -> bool:
     """``--allow-non-finite``, else ``MONAI_TRITON_ALLOW_NON_FINITE`` (1/true/yes/on), else False."""
     env = os.environ if environ is None else environ
     return bool(cli) or env.get(ENV_ALLOW_NON_FINITE, "").strip().lower() in _TRUE
+
+
+def resolve_flag(cli: bool | None, variable: str, *, environ: Mapping[str, str] | None = None) -> bool:
+    """A switch: the flag, else the variable (1/true/yes/on), else False."""
+    env = os.environ if environ is None else environ
+    return bool(cli) or env.get(variable, "").strip().lower() in _TRUE
 
 
 def allow_non_finite_from(app_context: AppContext | None) -> bool:
@@ -169,7 +233,8 @@ def allow_non_finite_from(app_context: AppContext | None) -> bool:
 def init_app_context(argv: Sequence[str] | None = None, *, default_backend: str = DEFAULT_BACKEND) -> AppContext:
     """The App SDK's ``init_app_context`` plus our options, after the checks that need no graph.
 
-    The spec lands in ``context.args['backend']``, the NaN/Inf choice in ``context.args['allow_non_finite']``.
+    ``context.args`` gets ``backend`` (the spec) and ``backend_source``, ``model_name`` (an override
+    or None), ``backend_options`` (``{name: Setting}``), ``preview`` and ``allow_non_finite``.
     """
     from monai.deploy.core import RuntimeEnv
     from monai.deploy.core import init_app_context as sdk_init_app_context
@@ -179,10 +244,14 @@ def init_app_context(argv: Sequence[str] | None = None, *, default_backend: str 
         app_parser(Path(argv[0]).name if argv else "app").print_help()
         raise SystemExit(exits.OK)
     args = app_parser(Path(argv[0]).name if argv else "app").parse_args(argv[1:])  # UsageError: one line
+    from_yaml = app_settings.apply_app_environment(
+        app_settings.read_app_environment(app_settings.app_yaml_of(argv[0] if argv else None))
+    )
     ours, rest = _split(argv)
     netloc, rest = split_netloc_args(rest)
-    spec = resolve_backend(ours.backend, default=default_backend, netloc=netloc)
-    preflight.check_backend(spec)  # reserved or not installed: exit 3 here, not when the graph runs
+    backend = resolve_backend_setting(ours.backend, default=default_backend, netloc=netloc, from_yaml=from_yaml)
+    preflight.check_backend(backend.value)  # reserved or not installed: exit 3 here, not when the graph runs
+    options = app_settings.resolve_backend_options(backend.value, _cli_options(ours), from_yaml=from_yaml)
     _check_paths(args)
     level = args.log_level or console.DEFAULT_LEVEL
     console.configure_holoscan(level)
@@ -194,7 +263,12 @@ def init_app_context(argv: Sequence[str] | None = None, *, default_backend: str 
     runtime_env.triton_server_netloc = ""
     context = sdk_init_app_context(rest if args.log_level else [*rest, "-l", level], runtime_env)
     context.triton_server_netloc = sdk_netloc
-    context.args[BACKEND_ARG] = spec
+    interrupts.track_output(context.output_path)  # an interrupted run leaves no file of its own behind
+    context.args[BACKEND_ARG] = backend.value
+    context.args[BACKEND_SOURCE_ARG] = backend.source
+    context.args[MODEL_NAME_ARG] = ours.model_name or os.environ.get(app_settings.ENV_MODEL_NAME) or ""
+    context.args[BACKEND_OPTIONS_ARG] = app_settings.dump_settings(options)
+    context.args[PREVIEW_ARG] = str(resolve_flag(ours.preview, ENV_PREVIEW)).lower()
     context.args[ALLOW_NON_FINITE_ARG] = str(resolve_allow_non_finite(ours.allow_non_finite)).lower()
     return context
 
@@ -221,7 +295,11 @@ def run_app(app: str | AppFactory, argv: Sequence[str] | None = None) -> int:
     process may restart itself once with a larger stack (``console.prepare_process``).
     """
     args = list(sys.argv if argv is None else argv)
+    if argv is None:  # a real process: Ctrl-C and SIGTERM end it within seconds, from any thread
+        interrupts.block()  # held back across a restart (execv keeps the mask and pending signals)...
     console.prepare_process(restart=argv is None)
+    if argv is None:
+        interrupts.install()  # ...and taken from here on, a signal that came meanwhile included
     level = console.level_from_argv(args)
     console.configure(level)
 

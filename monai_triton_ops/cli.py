@@ -1,12 +1,13 @@
 """monai-triton: run App SDK apps on any backend; build, check and serve model repositories.
 
-    monai-triton exec APP -i IN -o OUT -m MODELS [--backend SPEC] [-w DIR] [-t HOST:PORT] [--allow-non-finite]
+    monai-triton exec APP -i IN -o OUT -m MODELS [--backend SPEC] [-w DIR] [-t HOST:PORT] [APP OPTIONS]
     monai-triton repo build MODEL -o REPO --name NAME [--flavor python|libtorch] [--input-shape 1,1,96,96,96 ...]
                             [--like CONFIG] [--input-name NAME ...] [--output-name NAME ...]
     monai-triton repo check [REPO] [--server URL]
     monai-triton repo describe MODEL
     monai-triton config MODEL [--name NAME] [same options as repo build]
     monai-triton serve REPO [--http-port N] [--grpc-port N] [--metrics-port N] [--server-path P]
+    monai-triton backends
 
 Every command takes ``-l LEVEL`` (``console.py``) and ends in ``exits.py``: a failure is one line on
 stderr and exit code 2 (bad input or usage), 3 (backend or server unavailable) or 1 (a bug), the
@@ -36,7 +37,11 @@ class _Parser(argparse.ArgumentParser):
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     try:
-        args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+        parser = build_parser()
+        args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else list(argv))
+        if rest and args.command != "exec":  # exec hands the rest to the app, whose parser judges it
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        args.app_args = rest
     except UsageError as exc:
         return exits.report(exc)
     except SystemExit as exc:  # --help, --version
@@ -56,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_repo(commands)
     _add_config(commands)
     _add_serve(commands)
+    _add_backends(commands)
     return parser
 
 
@@ -68,12 +74,19 @@ def _add_log_level(p: argparse.ArgumentParser, default: str = console.DEFAULT_LE
 
 
 def _add_exec(commands: argparse._SubParsersAction[Any]) -> None:
-    p = commands.add_parser("exec", help="run an App SDK application (folder with __main__.py, or a .py file)")
+    p = commands.add_parser(
+        "exec",
+        help="run an App SDK application (folder with __main__.py, or a .py file)",
+        epilog="Any other option goes to the app: --model-name, --preview, backend options (--timeout-s ...); "
+        "'monai-triton backends' lists them.",
+    )
     p.add_argument("app", type=Path, help="application folder (with __main__.py) or script")
     p.add_argument("-i", "--input", required=True, help="input file or folder")
     p.add_argument("-o", "--output", required=True, help="output folder (created if missing)")
     p.add_argument("-m", "--model", required=True, help="model repository folder")
-    p.add_argument("--backend", metavar="SPEC", help="where the model runs: torch (default) or a later backend's spec")
+    p.add_argument(
+        "--backend", metavar="SPEC", help="where the model runs: torch (default), triton, grpc://H:P, http://H:P"
+    )
     p.add_argument("-w", "--workdir", help="App SDK workspace folder, passed to the app")
     p.add_argument("-t", "--triton-server-netloc", metavar="HOST:PORT", help="App SDK option, passed to the app")
     p.add_argument("--allow-non-finite", action="store_true", help="run on images with NaN/Inf voxels")
@@ -83,7 +96,13 @@ def _add_exec(commands: argparse._SubParsersAction[Any]) -> None:
 
 def _run_exec(args: argparse.Namespace) -> int:
     """Run the app in this process with the argv it would get from ``python APP ...``."""
+    from . import interrupts
+
+    if args.process:  # Ctrl-C / SIGTERM held back across the restart, then taken by the watcher
+        interrupts.block()
     console.prepare_process(restart=args.process)  # before anything imports Holoscan
+    if args.process:
+        interrupts.install()
     app = args.app
     if not (app.is_file() or (app / "__main__.py").is_file()):
         raise UsageError(f"{str(app)!r} is neither a .py file nor a folder with __main__.py")
@@ -98,6 +117,7 @@ def _run_exec(args: argparse.Namespace) -> int:
             argv += [flag, value]
     if args.allow_non_finite:
         argv.append("--allow-non-finite")
+    argv += args.app_args
     saved, sys.argv = sys.argv, argv
     try:
         runpy.run_path(str(app), run_name="__main__")
@@ -339,6 +359,19 @@ def _run_serve(args: argparse.Namespace) -> int:
             print(f"model   {entry.get('name')} version {entry.get('version') or '?'} {entry.get('state')}", flush=True)
 
     return run_in_foreground(server, on_ready=announce)
+
+
+def _add_backends(commands: argparse._SubParsersAction[Any]) -> None:
+    p = commands.add_parser("backends", help="list every backend, whether it can run here and why not, and the options")
+    _add_log_level(p)
+    p.set_defaults(handler=_run_backends)
+
+
+def _run_backends(args: argparse.Namespace) -> int:
+    from .app_settings import backend_statuses, render_backends
+
+    sys.stdout.write(render_backends(backend_statuses()))
+    return exits.OK
 
 
 def _model_folders(repository: Path) -> list[Path]:

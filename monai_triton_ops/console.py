@@ -4,7 +4,7 @@
 
     DEBUG     everything: our debug lines, Holoscan's own log, and the traceback of a failure
     INFO      what runs: backend, model, files written; Holoscan stays quiet
-    WARN      warnings only (the default)
+    WARN      warnings only (the default), and the one line saying which backend ran the model and how long
     ERROR     errors only
     CRITICAL  almost nothing
 
@@ -34,6 +34,8 @@ STACK_BYTES = 32 * 1024 * 1024
 _RESTARTED_ENV = "MONAI_TRITON_STACK_RAISED"
 _HOLOSCAN_STACK_WARNING = "Current stack size"
 _LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
+#: ``operators.report``'s logger: its INFO line is shown at the default level.
+RUN_LOGGER = "monai_triton_ops.run"
 
 logger = logging.getLogger(__name__)
 _holoscan_level_is_ours = False
@@ -65,8 +67,62 @@ def configure(level: str) -> None:
         handler.setFormatter(logging.Formatter(_LOG_FORMAT))
         root.addHandler(handler)
     root.setLevel("WARNING" if level == "WARN" else level)
+    # The one line a run prints by default (which backend, where, how long): shown down to -l WARN, bare.
+    run = logging.getLogger(RUN_LOGGER)
+    run.setLevel("INFO" if level in ("DEBUG", "INFO", "WARN") else level)
+    if not any(isinstance(h, _StderrHandler) for h in run.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        run.addHandler(handler)
+    run.propagate = False
     configure_holoscan(level)
     warnings.filterwarnings("ignore", message=_HOLOSCAN_STACK_WARNING, category=RuntimeWarning)
+    if level != "DEBUG":
+        quiet_unactionable()
+
+
+#: Warnings a user cannot act on: the GPU image decoder (nvImageCodec) is absent and DICOM is decoded by
+#: pydicom instead, with the same pixels. They stay visible at ``-l DEBUG``: (logger name, message start).
+_UNACTIONABLE = (
+    ("monai.deploy.operators.decoder_nvimgcodec", "Module nvidia.nvimgcodec is not available"),
+    ("root", "The nvimgcodec decoder plugin did not register successfully"),
+    ("monai.data.nvimgcodec_pydicom_plugin", "nvImageCodec is not available"),
+)
+_UNACTIONABLE_WARNINGS = (r"NvImgCodecPydicomReader: nvImageCodec decoder plugin did not register",)
+
+
+class _DropUnactionable(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        return not any(record.name == name and message.startswith(start) for name, start in _UNACTIONABLE)
+
+
+_DROP = _DropUnactionable()
+
+
+def quiet_unactionable() -> None:
+    """Drop the warnings of ``_UNACTIONABLE`` (logger filters survive the App SDK's logging set-up)."""
+    for name in {name for name, _ in _UNACTIONABLE}:
+        logger_ = logging.getLogger() if name == "root" else logging.getLogger(name)
+        if _DROP not in logger_.filters:
+            logger_.addFilter(_DROP)
+    for message in _UNACTIONABLE_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=UserWarning)
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a record comes (test runners swap it)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> object:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: object) -> None:
+        pass
 
 
 def configure_holoscan(level: str) -> None:

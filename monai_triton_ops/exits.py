@@ -7,7 +7,8 @@ failure reads the same wherever it happens::
     1    a bug: an exception nobody anticipated (please report it with the -l DEBUG traceback)
     2    bad input or usage: an option, path, model, image or configuration that cannot work
     3    unavailable: a backend that is not built or not installed, a server that is absent or failed
-    130  interrupted (Ctrl-C)
+    130  interrupted (Ctrl-C, SIGINT)
+    143  terminated (SIGTERM)
 
 The line goes to stderr as ``error: <first line of the message>``; the traceback (and the rest of a
 multi-line message, such as a server's log tail) only with ``-l DEBUG``. Exceptions are classified
@@ -29,6 +30,7 @@ BUG = 1
 USAGE = 2
 UNAVAILABLE = 3
 INTERRUPTED = 130
+TERMINATED = 143
 
 #: What each code means, for help texts and docs (docs/quickstart.md lists the same).
 MEANINGS: dict[int, str] = {
@@ -36,7 +38,8 @@ MEANINGS: dict[int, str] = {
     BUG: "a bug (an unexpected exception; rerun with -l DEBUG and report the traceback)",
     USAGE: "bad input or usage (option, path, model, image or configuration)",
     UNAVAILABLE: "backend or server unavailable",
-    INTERRUPTED: "interrupted (Ctrl-C)",
+    INTERRUPTED: "interrupted (Ctrl-C, SIGINT)",
+    TERMINATED: "terminated (SIGTERM)",
 }
 
 #: Foreign OS errors a user causes with a path (missing, not a folder, no permission, disk full).
@@ -87,11 +90,16 @@ def report(exc: BaseException, *, debug: bool = False, stream: TextIO | None = N
 
 def run_guarded(body: Callable[[], int | None], *, debug: bool = False) -> int:
     """Run ``body`` and turn whatever it raises into one line and an exit code (``SystemExit`` passes)."""
+    from . import interrupts
+
     try:
-        return int(body() or 0)
+        code = int(body() or 0)
+        interrupts.wait_if_stopping()  # finished while an interrupt cleans up: the interrupt decides
+        return code
     except SystemExit as exc:
         return system_exit_code(exc)
     except BaseException as exc:  # this is the edge: nothing may end in a traceback
+        interrupts.wait_if_stopping()  # a failure caused by an interrupt's cleanup: the interrupt reports
         return report(exc, debug=debug)
 
 

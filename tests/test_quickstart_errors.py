@@ -19,6 +19,7 @@ from monai.deploy.core import Application, Image
 
 from monai_triton_ops import InferenceSettings, create_backend, errors, exits, preflight
 from monai_triton_ops.app_args import app_parser, resolve_backend
+from monai_triton_ops.app_settings import model_name_for, read_app_environment, resolve_backend_options
 from monai_triton_ops.backends import registry
 from monai_triton_ops.operators.nifti import NiftiImageLoader
 from monai_triton_ops.pipeline.inputs import check_dicom_images, classify_input
@@ -70,6 +71,16 @@ def nan_volume() -> np.ndarray:
     data = volume()
     data[1, 2, 3:6] = np.nan
     return data
+
+
+def dictionary_chain(pred_key: str) -> dict[str, object]:
+    """App SDK dictionary transforms whose post-transforms use ``pred_key`` for the prediction."""
+    from monai.transforms import AsDiscreted, Compose, EnsureChannelFirstd, EnsureTyped
+
+    return {
+        "pre_transforms": Compose([EnsureChannelFirstd(keys="image"), EnsureTyped(keys="image")]),
+        "post_transforms": Compose([AsDiscreted(keys=pred_key, argmax=True)]),
+    }
 
 
 def port_in_use(tmp_path: Path) -> BaseException:
@@ -143,6 +154,7 @@ def triggers(tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch) -> dic
 
     plain = tmp_path / "plain.pt"
     torch.jit.script(torch.nn.Identity()).save(str(plain))
+    (tmp_path / "app.yaml").write_text("application: [unclosed\n")
     return {
         "unknown backend spec 'trition'; expected one of: ...": lambda: raised(lambda: resolve_backend("trition")),
         "backend 'fancy' cannot be imported (...)": lambda: raised(lambda: preflight.check_backend("fancy")),
@@ -202,6 +214,23 @@ def triggers(tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch) -> dic
         "model 'seg' on ...: the model's backend process is gone (Stub process 'seg_0_0' is not healthy.); ...": (
             lambda: dead_stub()
         ),
+        "--shared-memory: backend 'torch' has no option 'shared_memory'; its options: ...": lambda: raised(
+            lambda: resolve_backend_options("torch", {"shared_memory": "none"}, environ={})
+        ),
+        "MONAI_TRITON_TIMEOUT_S (environment): backend 'torch': option timeout_s='soon' is not a ...": lambda: raised(
+            lambda: resolve_backend_options("torch", {}, environ={"MONAI_TRITON_TIMEOUT_S": "soon"})
+        ),
+        "'.../app.yaml' cannot be read as YAML: ...": lambda: raised(
+            lambda: read_app_environment(tmp_path / "app.yaml")
+        ),
+        "model name 'seg=': expected NAME or CODE=NAME[,CODE=NAME...], got 'seg='": lambda: raised(
+            lambda: model_name_for("seg", "seg=")
+        ),
+        "model 'seg': model_path '...' is a file; give the model repository folder (...)": lambda: raised(
+            lambda: infer(repo, volume(), model_path=repo / "seg" / "1" / "model.pt")
+        ),
+        "model 'seg': the post-transforms failed on a dictionary with keys [...] (input_dataset_key 'image', "
+        "pred_dataset_key 'pred'): ...": lambda: raised(lambda: infer(repo, volume(), **dictionary_chain("seg"))),
         "internal error: ValueError: ... (a bug: rerun with -l DEBUG and report the traceback)": lambda: ValueError(
             "an unexpected failure"
         ),

@@ -2,10 +2,11 @@
 
 A MONAI Deploy App SDK ``Application``. Input: a NIfTI file, or a folder holding a DICOM MR series.
 Output: ``seg.nii.gz`` (uint8 labels, same shape and affine as the input) and, for DICOM input,
-a DICOM SEG next to it. Where the model runs is chosen at run time: ``--backend SPEC`` or
-``MONAI_TRITON_BACKEND`` (default ``torch``); see ``monai_triton_ops.app_args``.
+a DICOM SEG next to it, and with ``--preview`` a PNG of three slices with the labels. Where the model runs
+is chosen at run time: ``--backend SPEC``, ``MONAI_TRITON_BACKEND`` or ``app.yaml`` (default ``torch``); the
+model name and every backend option the same way (``monai_triton_ops.app_settings``).
 
-    python apps/brain_tissue_seg -i T1.nii.gz -o out -m model_repository [--backend torch]
+    python apps/brain_tissue_seg -i T1.nii.gz -o out -m model_repository [--backend torch] [--preview]
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from monai.deploy.operators.dicom_seg_writer_operator import DICOMSegmentationWr
 from monai.deploy.operators.dicom_series_selector_operator import DICOMSeriesSelectorOperator
 from monai.deploy.operators.dicom_series_to_volume_operator import DICOMSeriesToVolumeOperator
 from pydicom.sr.codedict import codes
-from transforms import post_transforms, pre_transforms
+from transforms import LABELS, post_transforms, pre_transforms
 
 from monai_triton_ops import InferenceOperator
 from monai_triton_ops.app_args import init_app_context
@@ -56,6 +57,7 @@ class BrainTissueSegApp(Application):
             settings_overrides={"request_batch_size": 2, "progress": True},
             pre_transforms=pre_transforms(),
             post_transforms=post_transforms(),
+            label_names=LABELS,  # the legend of --preview
             name="brain_tissue_seg_inference",
         )
         nifti_writer = NiftiImageWriter(self, output_folder=output, filename="seg.nii.gz", name="nifti_writer")

@@ -5,6 +5,7 @@ user would start it; afterwards the demo measures the Dice of grey and white mat
 atlas labels on the full volume and prints where every output is. The remote rows (``grpc``,
 ``http``) run against a local tritonserver that the demo starts on the committed repository and
 stops afterwards; every row's labels are compared with the first row's of the same input, voxel for voxel.
+Each run also writes ``preview.png`` (``--preview``), and the demo ends with their paths.
 
     .venv/bin/python apps/brain_tissue_seg/demo.py [--data data/brain_tissue_seg] [--out output/brain_tissue_seg]
 """
@@ -15,12 +16,16 @@ import argparse
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import nibabel as nib
 import numpy as np
 
+# This process runs no Holoscan graph (each app run is its own process, whose stack limit is raised), but
+# `import monai` (transforms.py) imports Holoscan, which would warn about this process's stack size.
+warnings.filterwarnings("ignore", message="Current stack size", category=RuntimeWarning)
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
@@ -63,7 +68,7 @@ def ensure_sample_data(data: Path) -> None:
 def run_app(backend: str, source: Path, out: Path) -> float:
     """Run the app as a user would; returns wall seconds."""
     command = [sys.executable, "-m", "monai_triton_ops.cli", "exec", str(HERE), "-i", str(source)]
-    command += ["-o", str(out), "-m", str(ROOT / "model_repository"), "--backend", backend, "-l", "WARN"]
+    command += ["-o", str(out), "-m", str(ROOT / "model_repository"), "--backend", backend, "-l", "WARN", "--preview"]
     start = time.perf_counter()
     subprocess.run(command, check=True, cwd=ROOT, timeout=RUN_TIMEOUT_S)
     return time.perf_counter() - start
@@ -137,7 +142,14 @@ def report(results: list[Result], reserved: list[str]) -> None:
     print("\nOutputs:")
     for r in results:
         for path in r.outputs:
-            print(f"  [{r.backend}/{r.kind}] {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+            print(f"  [{r.backend}/{r.kind}] {_shown(path)}")
+    print("\nPreviews (input slices with the labels overlaid):")
+    for r in results:
+        print(f"  [{r.backend}/{r.kind}] {_shown(r.outputs_dir / 'preview.png')}")
+
+
+def _shown(path: Path) -> Path:
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
 
 
 if __name__ == "__main__":

@@ -31,7 +31,8 @@ SETTINGS = InferenceSettings(roi_size=(32, 32, 32), sw_batch_size=4, overlap=0.2
 def pre_transforms() -> Compose:
     """What the model is fed. The operator hands over the image channel first, (C, W, H, D), as a MetaTensor.
 
-    No LoadImage and no dictionary transforms: the loader has read the file already. EnsureType gives
+    Array transforms, and no LoadImage: the loader has read the file already (dictionary transforms, as App SDK
+    apps write them, work as well: docs/quickstart.md). EnsureType gives
     float32 (the metadata's dtype; a wrong dtype is refused, never cast silently); NormalizeIntensity
     z-scores each channel, as the network would have been trained.
     """

@@ -118,6 +118,12 @@ def parse_backend_spec(spec: str) -> BackendSpec:
     return BackendSpec(scheme=scheme, urls=urls, options=options)
 
 
+def backend_class(spec: str) -> type[BaseBackend]:
+    """The backend class a spec (or a bare scheme) names; ``BackendUnavailableError`` says why it cannot load."""
+    scheme = parse_backend_spec(spec).scheme if "://" in spec or "?" in spec else spec.strip().lower()
+    return _load(scheme, spec)
+
+
 def create_backend(
     spec: str | None,
     model_name: str,

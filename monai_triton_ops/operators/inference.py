@@ -2,8 +2,16 @@
 
 Heavy work happens in ``start()`` (create and open the backend: load TorchScript, connect to a
 server), release in ``stop()``; ``compute()`` only moves data through ``compute_impl``, which
-calls the Holoscan-free pipeline. The backend spec comes from the app context (``--backend``,
-``MONAI_TRITON_BACKEND``) unless the app passes one explicitly.
+calls the Holoscan-free pipeline. The backend spec, the model name and the backend options come
+from the app context (command line, environment, ``app.yaml``: ``app_settings``) over the code's.
+
+Pre- and post-processing are MONAI array transforms (the image channel first, with its affine) or
+dictionary transforms, as the App SDK's ``MonaiSegInferenceOperator`` takes them (keys
+``input_dataset_key`` / ``pred_dataset_key``, ``Invertd`` against the pre-transforms, the image's
+metadata): ``pipeline/dictionary.py``. Its keyword arguments (``roi_size``, ``overlap``,
+``sw_batch_size``, ``inferer``, ``model_path``) are accepted too, so an App SDK app moves over by
+changing the class name; built inside another operator's ``compute()``, as App SDK apps do, the
+operator opens its backend for that ``compute_impl`` call and closes it afterwards.
 
 What can be checked without loading the model is checked when the app composes its graph, before
 anything runs: the backend exists, and for a local backend the model folder, its version folder,
@@ -17,26 +25,45 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from monai.deploy.core import AppContext, Fragment, Image, OperatorSpec
 from monai.deploy.operators import InferenceOperator as SdkInferenceOperator
 
-from ..app_args import BACKEND_ARG, allow_non_finite_from, resolve_backend
+from .. import interrupts
+from ..app_args import (
+    BACKEND_ARG,
+    BACKEND_OPTIONS_ARG,
+    BACKEND_SOURCE_ARG,
+    MODEL_NAME_ARG,
+    PREVIEW_ARG,
+    allow_non_finite_from,
+    resolve_backend,
+)
+from ..app_settings import describe, load_settings, model_name_for
 from ..backends.base import BaseBackend
 from ..backends.registry import create_backend
 from ..errors import BackendStateError, ConfigError, InputDataError
 from ..pipeline.checks import check_finite, image_context
+from ..pipeline.dictionary import INPUT_KEY, PRED_KEY, has_loader, is_dictionary_transform, run_dictionary_inference
 from ..pipeline.image import from_channel_first, to_channel_first
 from ..pipeline.run import InferenceSettings, Transform, run_inference
 from ..preflight import check_model_entry
+from .report import log_run
 
 logger = logging.getLogger(__name__)
 
 #: Creates a (not yet open) backend; the operator opens it in ``start()`` and closes it in ``stop()``.
 BackendFactory = Callable[[], BaseBackend]
+#: ``MonaiSegInferenceOperator`` keywords that are inference settings here.
+SDK_SETTINGS = ("roi_size", "overlap", "sw_batch_size", "inferer", "mode")
+#: Seconds ``stop()`` (and an interrupt) give requests still in flight.
+CLOSE_TIMEOUT_S = 5.0
 
 
 class InferenceOperator(SdkInferenceOperator):
@@ -45,11 +72,14 @@ class InferenceOperator(SdkInferenceOperator):
     The output keeps the input's metadata and voxel order, so the App SDK's DICOM SEG writer and
     NIfTI writers downstream see the same geometry as the input.
 
-    ``model_name`` is the model's folder name in the repository (``-m``). ``pre_transforms`` get the
-    image channel first, ``(C, W, H, D)`` (the NIfTI ``i, j, k`` order) as a ``MetaTensor`` with its
-    affine; ``post_transforms`` get the model's output for the whole image, ``(C_out, W, H, D)``.
-    Non-finite voxels are refused unless the app context allows them (``--allow-non-finite``) or
-    ``allow_non_finite`` is set to True after construction.
+    ``model_name`` is the model's folder name in the repository (``-m``); ``--model-name`` /
+    ``MONAI_TRITON_MODEL_NAME`` replace it at deploy time. Array ``pre_transforms`` get the image
+    channel first, ``(C, W, H, D)`` (the NIfTI ``i, j, k`` order) as a ``MetaTensor`` with its affine;
+    array ``post_transforms`` get the model's output for the whole image, ``(C_out, W, H, D)``.
+    Dictionary transforms get ``{input_dataset_key: ...}`` as ``MonaiSegInferenceOperator`` gives it
+    (``pipeline/dictionary.py``) and leave the result under ``pred_dataset_key``; a label map (integral
+    values 0-255) is then handed on as uint8, as that operator does. Non-finite voxels are refused
+    unless the app context allows them (``--allow-non-finite``).
     """
 
     INPUT_PORT = "image"
@@ -67,33 +97,56 @@ class InferenceOperator(SdkInferenceOperator):
         settings_overrides: Mapping[str, Any] | None = None,
         pre_transforms: Transform | None = None,
         post_transforms: Transform | None = None,
+        input_dataset_key: str = INPUT_KEY,
+        pred_dataset_key: str = PRED_KEY,
+        label_names: Mapping[int, str] | None = None,
+        model_path: str | Path | None = None,
         **kwargs: Any,
     ) -> None:
         """``backend`` is a spec string (default: the app context's ``--backend``) or a factory.
 
         ``backend_options`` go to ``create_backend`` with the spec (``model_repository`` defaults
-        to the app's ``-m``; ``version``, ``timeout_s``, ``device``...). Without ``settings``, they
-        come from the model's metadata at ``start()`` (``InferenceSettings.from_metadata``) with
-        ``settings_overrides`` applied.
+        to the app's ``-m``, or ``model_path``; ``version``, ``timeout_s``, ``device``...); options set at
+        deploy time win over them. Without ``settings``, settings come from the model's metadata at
+        ``start()`` (``InferenceSettings.from_metadata``) with ``settings_overrides`` and the App SDK's
+        ``roi_size``/``overlap``/``sw_batch_size``/``inferer``/``mode`` keywords applied.
+        ``label_names`` name the labels in ``--preview`` (default: ``label N``).
         """
-        self.model_name = model_name
+        overrides = dict(settings_overrides or {})
+        overrides.update(_sdk_settings(kwargs))
+        if settings is not None and overrides:
+            raise ConfigError(
+                f"give InferenceOperator either settings or settings_overrides ({sorted(overrides)}), not both"
+            )
+        args_of = dict(app_context.args) if app_context is not None else {}
+        self.model_name = model_name_for(model_name, args_of.get(MODEL_NAME_ARG))
         self._factory = backend if callable(backend) else None
         self.backend_spec = None if callable(backend) else _spec_from(backend, app_context)
         self.backend_options = dict(backend_options or {})
-        if app_context is not None and app_context.model_path:
-            self.backend_options.setdefault("model_repository", app_context.model_path)
-        if settings is not None and settings_overrides:
-            raise ConfigError("give InferenceOperator either settings or settings_overrides, not both")
+        deployed = load_settings(args_of.get(BACKEND_OPTIONS_ARG))
+        self.backend_options.update({k: v.value for k, v in deployed.items()})
+        self._deployed_options = describe(deployed)
+        repository = app_context.model_path if app_context is not None and app_context.model_path else model_path
+        if repository:
+            self.backend_options.setdefault("model_repository", _repository_of(repository, self.model_name))
         self._given_settings = settings
-        self.settings_overrides = dict(settings_overrides or {})
+        self.settings_overrides = overrides
         self.pre_transforms = pre_transforms
         self.post_transforms = post_transforms
+        self.input_dataset_key = input_dataset_key
+        self.pred_dataset_key = pred_dataset_key
+        self.label_names = dict(label_names or {})
+        self.preview = str(args_of.get(PREVIEW_ARG, "false")).lower() == "true"
+        self.preview_folder = Path(app_context.output_path) if app_context is not None else None
         self.allow_non_finite = allow_non_finite_from(app_context)
         if self.backend_spec is not None:  # before the graph runs
             options = self.backend_options
-            check_model_entry(self.backend_spec, options.get("model_repository"), model_name, options.get("version"))
+            check_model_entry(
+                self.backend_spec, options.get("model_repository"), self.model_name, options.get("version")
+            )
         self._backend: BaseBackend | None = None
         self._settings: InferenceSettings | None = None
+        self._interrupt_key: int | None = None
         self._lock = threading.Lock()
         super().__init__(fragment, *args, **kwargs)  # Holoscan calls setup() from here
 
@@ -107,9 +160,17 @@ class InferenceOperator(SdkInferenceOperator):
         if self._factory is not None:
             backend = self._factory()
         else:
-            logger.info("model %r: backend %r, options %s", self.model_name, self.backend_spec, self.backend_options)
+            logger.info(
+                "model %r: backend %r, options %s (deploy-time: %s)",
+                self.model_name,
+                self.backend_spec,
+                self.backend_options,
+                self._deployed_options,
+            )
             backend = create_backend(self.backend_spec, self.model_name, **self.backend_options)
-        self._backend = backend.open()
+        self._interrupt_key = interrupts.register(self._close_now)  # before open: a load can be interrupted too
+        self._backend = backend
+        backend.open()
         self._settings = self._given_settings or InferenceSettings.from_metadata(
             backend.signature.metadata, **self.settings_overrides
         )
@@ -118,8 +179,17 @@ class InferenceOperator(SdkInferenceOperator):
     def stop(self) -> None:
         """Release the backend; safe when ``start()`` never ran or failed."""
         backend, self._backend = self._backend, None
+        if self._interrupt_key is not None:
+            interrupts.unregister(self._interrupt_key)
+            self._interrupt_key = None
         if backend is not None:
-            backend.close()
+            backend.close(timeout_s=CLOSE_TIMEOUT_S)
+
+    def _close_now(self) -> None:
+        """At an interrupt: cut off what is in flight and release the backend (server, shared memory)."""
+        backend = self._backend
+        if backend is not None:
+            backend.close(timeout_s=0.5)
 
     @property
     def settings(self) -> InferenceSettings:
@@ -136,6 +206,11 @@ class InferenceOperator(SdkInferenceOperator):
             raise BackendStateError(f"operator for model {self.model_name!r}: the backend opens in start()")
         return self._backend
 
+    @property
+    def dictionary_mode(self) -> bool:
+        """Whether the transforms are dictionary transforms (``MonaiSegInferenceOperator``'s way)."""
+        return is_dictionary_transform(self.pre_transforms) or is_dictionary_transform(self.post_transforms)
+
     # -- data flow -------------------------------------------------------------------------
     def compute(self, op_input: Any, op_output: Any, context: Any) -> None:
         image = op_input.receive(self.INPUT_PORT)
@@ -144,12 +219,63 @@ class InferenceOperator(SdkInferenceOperator):
         with self._lock:  # one image at a time per operator, as the App SDK operators do
             op_output.emit(self.compute_impl(image), self.OUTPUT_PORT)
 
-    def compute_impl(self, image: Image) -> Image:
-        """Infer one App SDK ``Image``; the testable core of ``compute``."""
+    def compute_impl(self, image: Image, context: Any = None) -> Image:
+        """Infer one App SDK ``Image``; the testable core of ``compute``.
+
+        Outside a running graph (built inside another operator's ``compute``, as App SDK apps do with
+        ``MonaiSegInferenceOperator``) the backend is opened for this call and closed after it.
+        """
+        if self._backend is not None:
+            return self._infer_image(image)
+        self.start()
+        try:
+            return self._infer_image(image)
+        finally:
+            self.stop()
+
+    def _infer_image(self, image: Image) -> Image:
         metadata = dict(image.metadata() or {})
-        tensor = self.pre_process(image)
-        result = self.predict(tensor)
-        return Image(self.post_process(result), metadata=metadata)
+        started = time.perf_counter()
+        if self.dictionary_mode:
+            result = self._infer_dictionary(image, metadata)
+        else:
+            result = self.post_process(self.predict(self.pre_process(image)))
+        log_run(self.model_name, self.backend, 1, time.perf_counter() - started)
+        if self.preview and self.preview_folder is not None:
+            self._write_preview(image, result, self.preview_folder / "preview.png")
+        return Image(result, metadata=metadata)
+
+    def _write_preview(self, image: Image, result: np.ndarray, path: Path) -> None:
+        """``--preview``: a picture is not worth failing a finished inference for, so a problem is a warning."""
+        from ..preview import write_preview
+
+        try:
+            write_preview(image, result, path, label_names=self.label_names)
+        except (ValueError, OSError) as exc:
+            logger.warning("model %r: no preview written: %s", self.model_name, exc)
+
+    def _infer_dictionary(self, image: Image, metadata: Mapping[str, Any]) -> np.ndarray:
+        """``MonaiSegInferenceOperator``'s data flow over this operator's backend."""
+        from monai.deploy.operators.monai_seg_inference_operator import InMemImageReader
+        from monai.transforms import LoadImage
+
+        name = str(metadata.get("SeriesInstanceUID", "Img_in_context"))
+        if has_loader(self.pre_transforms):  # the chain reads the image itself (a reader bound to it)
+            source: Any = name
+        else:
+            source = LoadImage(reader=InMemImageReader(image), image_only=True)(name)
+            check_finite(source, model=self.model_name, allow=self.allow_non_finite)
+        with image_context(image.asnumpy(), self.settings, model=self.model_name):
+            result = run_dictionary_inference(
+                {self.input_dataset_key: source},
+                self.backend,
+                self.settings,
+                pre_transforms=self.pre_transforms,
+                post_transforms=self.post_transforms,
+                input_key=self.input_dataset_key,
+                pred_key=self.pred_dataset_key,
+            )
+        return _as_labels(from_channel_first(result))
 
     def pre_process(self, data: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
         """App SDK ``Image`` -> channel-first MetaTensor in MONAI's voxel order, with its affine."""
@@ -177,10 +303,54 @@ class InferenceOperator(SdkInferenceOperator):
         return from_channel_first(data)
 
 
+def _sdk_settings(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Take ``MonaiSegInferenceOperator``'s inference keywords out of ``kwargs``, as settings."""
+    taken = {key: kwargs.pop(key) for key in SDK_SETTINGS if key in kwargs}
+    if "inferer" in taken:
+        taken["inferer"] = str(getattr(taken["inferer"], "value", taken["inferer"])).strip().lower()
+    if "roi_size" in taken and taken["roi_size"] is not None:
+        roi = taken["roi_size"]
+        taken["roi_size"] = tuple(int(s) for s in (roi if isinstance(roi, list | tuple) else (roi,)))
+    if isinstance(taken.get("overlap"), list | tuple):
+        raise ConfigError(f"overlap per axis {list(taken['overlap'])} is not supported; give one fraction")
+    return taken
+
+
+def _repository_of(path: str | Path, model_name: str) -> str:
+    """The model repository for ``-m`` / ``model_path``: the folder, or the folder above a model folder given."""
+    folder = Path(path)
+    if folder.is_file():
+        raise ConfigError(
+            f"model {model_name!r}: model_path {str(folder)!r} is a file; give the model repository folder "
+            f"(<repository>/{model_name}/config.pbtxt)"
+        )
+    return str(folder)
+
+
+def _as_labels(array: np.ndarray) -> np.ndarray:
+    """A label map as uint8 (``MonaiSegInferenceOperator`` does the same); anything else unchanged."""
+    if array.dtype == np.uint8 or array.size == 0:
+        return array
+    if np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating):
+        low, high = float(array.min()), float(array.max())
+        if low >= 0 and high <= 255 and np.array_equal(array, np.round(array)):
+            return array.astype(np.uint8)
+    return array
+
+
 def _spec_from(backend: str | None, app_context: AppContext | None) -> str:
-    """Explicit argument, else the spec resolved from the app's command line / environment."""
+    """The deploy-time choice (command line, environment, app.yaml), else the code's, else the default.
+
+    An app context made by the App SDK's own ``init_app_context`` has no ``backend``: its ``-t`` /
+    ``TRITON_SERVER_NETLOC`` (``triton_server_netloc``) means ``http://HOST:PORT``, as there.
+    """
+    args = dict(app_context.args) if app_context is not None else {}
+    deployed = args.get(BACKEND_ARG) if args.get(BACKEND_SOURCE_ARG, "command line") != "code" else None
+    if deployed:
+        return str(deployed)
     if backend:
         return resolve_backend(backend)
-    if app_context is not None and app_context.args.get(BACKEND_ARG):
-        return str(app_context.args[BACKEND_ARG])
-    return resolve_backend(None)
+    if args.get(BACKEND_ARG):
+        return str(args[BACKEND_ARG])
+    netloc = getattr(app_context, "triton_server_netloc", "") if app_context is not None else ""
+    return resolve_backend(None, netloc=netloc or None)

@@ -105,7 +105,7 @@ def run_inference(
     batch = tensor.unsqueeze(0)
     logger.info("inferring %s image of shape %s with %r", settings.inferer, tuple(tensor.shape), backend)
     predictor = Predictor(backend, request_batch_size=settings.request_batch_size)
-    prediction = _inferer(settings)(batch, predictor)
+    prediction = make_inferer(settings)(batch, predictor)
     if not isinstance(prediction, torch.Tensor):
         raise ConfigError("the inferer returned several outputs; pick one with the backend's output_name option")
     result = prediction[0]
@@ -130,7 +130,7 @@ def check_spatial_rank(tensor: torch.Tensor, backend: BaseBackend) -> None:
         )
 
 
-def _inferer(settings: InferenceSettings) -> SimpleInferer | SlidingWindowInferer:
+def make_inferer(settings: InferenceSettings) -> SimpleInferer | SlidingWindowInferer:
     if settings.inferer == "simple":
         return SimpleInferer()
     return SlidingWindowInferer(

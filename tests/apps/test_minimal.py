@@ -65,8 +65,14 @@ def first_run(clone: Clone, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``python APP -i image -o out -m models``: the README's step 4."""
     out = tmp_path_factory.mktemp("out")
     result = run_ok(clone.app, "-i", clone.image, "-o", out, "-m", clone.repo)
-    assert result.stderr == ""  # quiet by default: no Holoscan lines, no stack warning
+    assert_run_line(result.stderr)  # quiet by default: no Holoscan lines, no stack warning; the run line alone
     return out / "seg.nii.gz"
+
+
+def assert_run_line(stderr: str, backend: str = "torch (TorchScript in this process, cpu)") -> None:
+    """A successful run prints one line: which backend ran the model, where, and how long inference took."""
+    (line,) = stderr.splitlines()
+    assert re.fullmatch(rf"model 'minimal_seg' ran on {re.escape(backend)}: 1 image\(s\), inference \d+\.\d\d s", line)
 
 
 def labels(path: Path) -> np.ndarray:
@@ -95,16 +101,18 @@ def test_the_readme_snippet_is_the_example_shortened_and_runs(first_run: Path, c
     app = tmp_path / "my_app.py"
     app.write_text(readme_app(), encoding="utf-8")
     out = tmp_path / "out"
-    result = run_ok("-m", "monai_triton_ops.cli", "exec", app, "-i", clone.image, "-o", out, "-m", clone.repo)
-    assert result.stderr == ""
+    command = ["exec", app, "-i", clone.image, "-o", out, "-m", clone.repo, "--preview", "--timeout-s", "60"]
+    result = run_ok("-m", "monai_triton_ops.cli", *command)  # exec hands --preview and --timeout-s to the app
+    assert_run_line(result.stderr)
     np.testing.assert_array_equal(labels(out / "seg.nii.gz"), labels(first_run))
+    assert (out / "preview.png").stat().st_size > 0
 
 
 def test_a_two_channel_nifti_through_a_two_channel_model(clone: Clone, tmp_path: Path) -> None:
     result = run_ok(clone.app, "-i", clone.image2, "-o", tmp_path, "-m", clone.repo2, "--backend", "torch")
     seg = nib.load(tmp_path / "seg.nii.gz")
     assert seg.shape == nib.load(clone.image).shape  # (X, Y, Z): the 2 channels went into the model, not the grid
-    assert result.stderr == ""
+    assert_run_line(result.stderr)
 
 
 def test_nan_voxels_are_refused_with_their_count_unless_allowed(clone: Clone, tmp_path: Path) -> None:

@@ -1,0 +1,51 @@
+"""The one line a run prints at the default log level: which backend ran the model, where, how, how long.
+
+    model 'spleen_ct' ran on grpc (remote Triton at 127.0.0.1:8001 over gRPC, system shared memory): 1 image, 3.21 s
+
+It is logged by ``monai_triton_ops.run`` at INFO, and that logger lets INFO through at the default
+``-l WARN`` (``console.configure`` gives it its own level), so a successful run says what it did in
+one line and ``-l ERROR`` silences it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ..backends.base import BaseBackend
+
+#: The logger of the run line; ``console.configure`` sets it to INFO unless ``-l`` is ERROR or CRITICAL.
+RUN_LOGGER = "monai_triton_ops.run"
+logger = logging.getLogger(RUN_LOGGER)
+
+_TRANSPORTS = {"grpc": "gRPC", "grpcs": "gRPC with TLS", "http": "HTTP", "https": "HTTPS"}
+
+
+def describe_backend(backend: BaseBackend) -> str:
+    """Where and how a backend runs its model, in words."""
+    kind = getattr(backend, "kind", "")
+    urls = getattr(backend, "urls", ())
+    if urls:
+        scheme, _, host = urls[0].partition("://")
+        memory = getattr(backend, "shared_memory", None)
+        extra = f", {memory} shared memory" if memory == "system" else ", tensors in the request body"
+        return f"{scheme} (remote Triton at {host} over {_TRANSPORTS.get(scheme, scheme)}{extra})"
+    if kind == "torch":
+        device = getattr(backend.options, "device", "cpu")
+        return f"torch (TorchScript in this process, {device})"
+    if kind == "triton":
+        return "triton (Triton server core in this process, C API)"
+    return f"{kind or type(backend).__name__} ({type(backend).__name__})"
+
+
+def log_run(model: str, backend: BaseBackend, images: int, seconds: float, **extra: Any) -> None:
+    """The run line (INFO on ``monai_triton_ops.run``)."""
+    details = "".join(f", {k} {v}" for k, v in extra.items())
+    logger.info(
+        "model %r ran on %s: %d image(s), inference %.2f s%s",
+        model,
+        describe_backend(backend),
+        images,
+        seconds,
+        details,
+    )
