@@ -1,12 +1,13 @@
 # Two commands do all set-up on a fresh machine: `make demo` (the sample app on real data, every
 # available backend) and `make test` (lint, format check, types, then every test with coverage).
+# Beside them, `make map` packages the sample app as a MAP (one OCI image, every backend; docs/packaging.md).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest
 
-.PHONY: setup demo test test-fast lint format-check format typecheck pytest bench clean
+.PHONY: setup demo map test test-fast lint format-check format typecheck pytest bench clean
 
 setup: $(STAMP)
 
@@ -17,10 +18,17 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt -e '.[apps,test]'
 	# Only the Triton server files inside this wheel are used; it pins numpy<2, hence --no-deps.
 	$(PY) -m pip install -q --no-deps nvidia-pytriton==0.7.0
+	# Holoscan loads libcudart.so.13 before any of our code can: a .pth hook loads the declared wheel's copy.
+	$(PY) -m monai_triton_ops.packaging.runtime_libs --write-site-hook
 	touch $(STAMP)
 
 demo: setup
 	$(PY) apps/brain_tissue_seg/demo.py
+
+# Docker with buildx if a daemon answers, else buildah (installed from Debian's packages when missing, as root);
+# the Debian base is made once with mmdebstrap and cached (~/.cache/monai-triton).
+map: setup
+	$(VENV)/bin/monai-triton package apps/brain_tissue_seg -m model_repository
 
 test: setup lint format-check typecheck pytest
 
