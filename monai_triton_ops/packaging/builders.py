@@ -84,7 +84,18 @@ class Buildah(Builder):
         timeout_s: float = BUILD_TIMEOUT_S,
         quiet: bool = False,
     ) -> None:
-        argv = ["buildah", "bud", "--layers", "--network", "host", "-f", str(context / "Dockerfile"), "-t", tag]
+        argv = [
+            "buildah",
+            "bud",
+            "--layers",
+            "--force-rm",
+            "--network",
+            "host",
+            "-f",
+            str(context / "Dockerfile"),
+            "-t",
+            tag,
+        ]
         argv += [f"--secret=id={key},src={path}" for key, path in secrets.items()]
         argv += [f"--volume={path}:{path}:ro" for path in volumes]
         run([*argv, str(context)], timeout_s=timeout_s, what=f"buildah bud {tag}", capture=quiet)

@@ -147,15 +147,20 @@ COPY tools {layout.tools_path}
 
 def _runtime(spec: ContainerSpec) -> str:
     layout = spec.layout
-    env_lines = f"ENV PATH={layout.venv}/bin:$PATH\n"
-    env_lines += "".join(f"ENV {name}={_quote(value)}\n" for name, value in spec.environment.items())
-    label_lines = "".join(f"LABEL {_quote(name)}={_quote(value)}\n" for name, value in spec.labels.items())
+    # One ENV and one LABEL instruction: each instruction is a layer commit in a --layers build.
+    env_lines = "ENV " + " \\\n    ".join(
+        [f"PATH={layout.venv}/bin:$PATH", *(f"{name}={_quote(value)}" for name, value in spec.environment.items())]
+    )
+    label_lines = "LABEL " + " \\\n      ".join(
+        f"{_quote(name)}={_quote(value)}" for name, value in spec.labels.items()
+    )
     return f"""\
 # The app's environment: HOLOSCAN_* and app.yaml's environment:, the same as app.json#environment.
 {env_lines}
 WORKDIR {layout.work_dir}
 USER {USER}
-{label_lines}ENTRYPOINT [{json.dumps(layout.tools_path)}]
+{label_lines}
+ENTRYPOINT [{json.dumps(layout.tools_path)}]
 """
 
 

@@ -111,15 +111,7 @@ def _fill(
     base_image: str,
 ) -> dict[str, dict[str, object]]:
     layout = manifests.LAYOUT
-    wheel = project_wheel(root / "pip", request.wheel)
-    app_reqs = requirements.app_requirements(
-        request.requirements or app_folder(request) / "requirements.txt", config.pip_packages
-    )
-    (root / "pip" / "requirements.txt").write_text(
-        "\n".join([*app_reqs, *requirements.wheel_requirements(wheel)]) + "\n"
-    )
-    pins = requirements.environment_pins() if request.pin_environment else {}
-    (root / "pip" / "constraints.txt").write_text(requirements.constraints_text(pins, request.constraints))
+    wheel, server_files = _write_pip(root / "pip", request, config)
     sdk_version = requirements.installed_version("monai-deploy-app-sdk") or "0.0.0"
     holoscan_version = requirements.installed_version("holoscan-cu13", "holoscan-cu12", "holoscan") or "0.0.0"
     app_json = manifests.app_manifest(
@@ -137,7 +129,6 @@ def _fill(
     tools = root / "tools"
     tools.write_text(resources.files(__package__).joinpath("tools.sh").read_text(encoding="utf-8"))
     tools.chmod(0o755)
-    server_files = requirements.installed_version(requirements.SERVER_FILES)
     spec = containerfile.ContainerSpec(
         base_image=base_image,
         environment=manifests.app_environment(config, timeout_s=request.timeout_s),
@@ -145,7 +136,7 @@ def _fill(
             config, tag=tag, base_image=base_image, holoscan_version=holoscan_version, sdk_version=sdk_version
         ),
         wheel_name=wheel.name,
-        server_files=f"{requirements.SERVER_FILES}=={server_files}" if server_files else None,
+        server_files=server_files,
         uid=request.uid,
         gid=request.gid,
         has_docs=has_docs,
@@ -154,6 +145,20 @@ def _fill(
     (root / ".dockerignore").write_text(_DOCKERIGNORE)
     (root / MARKER).write_text(json.dumps({"tag": tag, "version": config.version}) + "\n")
     return {"app_manifest": app_json, "package_manifest": pkg_json}
+
+
+def _write_pip(folder: Path, request: PackageRequest, config: AppConfig) -> tuple[Path, str | None]:
+    """``pip/``: the wheel, requirements and constraints; returns the wheel and the server files' pin (or None)."""
+    wheel = project_wheel(folder, request.wheel)
+    app_file = request.requirements or app_folder(request) / "requirements.txt"
+    wanted = [*requirements.app_requirements(app_file, config.pip_packages), *requirements.wheel_requirements(wheel)]
+    (folder / "requirements.txt").write_text("\n".join(wanted) + "\n")
+    server_version = requirements.installed_version(requirements.SERVER_FILES)
+    server_files = f"{requirements.SERVER_FILES}=={server_version}" if server_version else None
+    pinned = [*wanted, *([requirements.SERVER_FILES] if server_files else [])]
+    pins = requirements.environment_pins(pinned) if request.pin_environment else {}
+    (folder / "constraints.txt").write_text(requirements.constraints_text(pins, request.constraints))
+    return wheel, server_files
 
 
 def default_tag(app: Path, version: str) -> str:

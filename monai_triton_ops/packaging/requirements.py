@@ -68,19 +68,49 @@ def wheel_requirements(wheel: Path) -> list[str]:
     return [r for r in requires if "extra ==" not in r.replace('"', "'").replace("extra==", "extra ==")]
 
 
-def environment_pins(exclude: Iterable[str] = ()) -> dict[str, str]:
-    """``name -> ==version`` for every distribution installed from an index in this environment.
+def environment_pins(requirements: Iterable[str], exclude: Iterable[str] = ()) -> dict[str, str]:
+    """``name -> name==version`` for what ``requirements`` need, as installed in this environment.
 
-    Left out: this project, editable and local-path installs (their files are not on an index), pip's own tools.
+    Only the requirements' dependency closure is pinned, so that a test tool added here does not change the
+    image's constraints (and its cached layers). Left out: this project, editable and local-path installs
+    (their files are on no index), pip's own tools, and whatever is not installed here.
     """
     skip = {canonical(n) for n in (*exclude, PROJECT, *_UNPINNED)}
+    installed = {canonical(d.metadata["Name"] or ""): d for d in importlib.metadata.distributions()}
     pins: dict[str, str] = {}
-    for dist in importlib.metadata.distributions():
-        name = canonical(dist.metadata["Name"] or "")
-        if not name or name in skip or _installed_from_path(dist):
+    for name in sorted(_closure(requirements, installed)):
+        dist = installed.get(name)
+        if dist is not None and name not in skip and not _installed_from_path(dist):
+            pins[name] = f"{name}=={dist.version}"
+    return pins
+
+
+def _closure(requirements: Iterable[str], installed: dict[str, importlib.metadata.Distribution]) -> set[str]:
+    """Names reached from ``requirements`` through the installed distributions' ``Requires-Dist`` (with extras)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    seen: set[str] = set()
+    queue: list[tuple[str, frozenset[str]]] = []
+    for line in requirements:
+        try:
+            req = Requirement(line.split("#", 1)[0].strip())
+        except InvalidRequirement:
             continue
-        pins[name] = f"{name}=={dist.version}"
-    return dict(sorted(pins.items()))
+        queue.append((canonical(req.name), frozenset(req.extras)))
+    done: set[tuple[str, frozenset[str]]] = set()
+    while queue:
+        name, extras = queue.pop()
+        if (name, extras) in done:
+            continue
+        done.add((name, extras))
+        seen.add(name)
+        dist = installed.get(name)
+        for text in (dist.requires or []) if dist is not None else []:
+            req = Requirement(text)
+            wanted = req.marker is None or any(req.marker.evaluate({"extra": e}) for e in (extras or {""}))
+            if wanted:
+                queue.append((canonical(req.name), frozenset(req.extras)))
+    return seen
 
 
 def _installed_from_path(dist: importlib.metadata.Distribution) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 from pathlib import Path
 
@@ -26,6 +27,13 @@ from .spec import app_yaml, check_app_manifest, check_package_manifest
 
 def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
+
+
+def instruction(containerfile: str, keyword: str) -> dict[str, str]:
+    """The ``KEY=VALUE`` pairs of the one ``ENV``/``LABEL`` instruction, continuation lines joined."""
+    joined = containerfile.replace("\\\n", " ")
+    (line,) = [line for line in joined.splitlines() if line.startswith(f"{keyword} ")]
+    return dict(word.split("=", 1) for word in shlex.split(line)[1:])
 
 
 def test_the_context_has_the_4_2_0_packager_layout(sample_context: BuildContext) -> None:
@@ -56,9 +64,10 @@ def test_the_manifests_meet_the_map_spec(sample_context: BuildContext) -> None:
 def test_the_image_environment_and_labels_are_the_manifests(sample_context: BuildContext) -> None:
     app = read_json(sample_context.path / "map/app.json")
     text = (sample_context.path / "Dockerfile").read_text()
-    env = dict(re.findall(r'^ENV (\w+)="(.*)"$', text, flags=re.MULTILINE))
+    env = instruction(text, "ENV")
+    assert env.pop("PATH") == "/opt/venv/bin:$PATH"
     assert env == app["environment"]
-    labels = dict(re.findall(r'^LABEL "([^"]+)"="(.*)"$', text, flags=re.MULTILINE))
+    labels = instruction(text, "LABEL")
     assert labels["org.opencontainers.image.version"] == app["version"]
     assert labels["org.opencontainers.image.title"] == app_yaml(APP / "app.yaml")["application"]["title"]
     assert re.search(r'^ENTRYPOINT \["/var/holoscan/tools"\]$', text, flags=re.MULTILINE)
@@ -76,7 +85,8 @@ def test_pip_gets_the_projects_dependencies_and_this_environments_versions(sampl
     assert f"torch=={torch.__version__}\n" in constraints  # the local CPU build, as tested here
     assert re.search(r"^nvidia-cuda-runtime==13\.", constraints, flags=re.MULTILINE)
     assert "monai-triton-ops==" not in constraints
-    assert "nvidia-pytriton==0.7.0 " not in constraints
+    assert "nvidia-pytriton==0.7.0\n" in constraints  # installed --no-deps, at the version tested here
+    assert "pytest==" not in constraints  # only what the image installs: a dev tool does not touch its layers
     assert "--no-deps nvidia-pytriton==" in (sample_context.path / "Dockerfile").read_text()
 
 
