@@ -49,11 +49,11 @@ class Builder(ABC):
         tag: str,
         *,
         secrets: Mapping[str, Path],
-        volumes: Sequence[Path] = (),
+        volumes: Sequence[tuple[Path, str]] = (),
         timeout_s: float = BUILD_TIMEOUT_S,
         quiet: bool = False,
     ) -> None:
-        """Build ``context/Dockerfile`` as ``tag``."""
+        """Build ``context/Dockerfile`` as ``tag``; ``volumes`` are ``(host path, path inside)``, read-only."""
 
     @abstractmethod
     def image_exists(self, ref: str) -> bool:
@@ -80,7 +80,7 @@ class Buildah(Builder):
         tag: str,
         *,
         secrets: Mapping[str, Path],
-        volumes: Sequence[Path] = (),
+        volumes: Sequence[tuple[Path, str]] = (),
         timeout_s: float = BUILD_TIMEOUT_S,
         quiet: bool = False,
     ) -> None:
@@ -97,7 +97,7 @@ class Buildah(Builder):
             tag,
         ]
         argv += [f"--secret=id={key},src={path}" for key, path in secrets.items()]
-        argv += [f"--volume={path}:{path}:ro" for path in volumes]
+        argv += [f"--volume={host}:{inside}:ro" for host, inside in volumes]
         run([*argv, str(context)], timeout_s=timeout_s, what=f"buildah bud {tag}", capture=quiet)
 
     def image_exists(self, ref: str) -> bool:
@@ -134,12 +134,12 @@ class Docker(Builder):
         tag: str,
         *,
         secrets: Mapping[str, Path],
-        volumes: Sequence[Path] = (),
+        volumes: Sequence[tuple[Path, str]] = (),
         timeout_s: float = BUILD_TIMEOUT_S,
         quiet: bool = False,
     ) -> None:
         if volumes:
-            raise UsageError(f"docker builds cannot mount host folders: {[str(v) for v in volumes]}")
+            raise UsageError(f"docker builds cannot mount host folders: {[str(host) for host, _ in volumes]}")
         argv = ["docker", "buildx", "build", "--load", "-f", str(context / "Dockerfile"), "-t", tag]
         argv += [f"--secret=id={key},src={path}" for key, path in secrets.items()]
         run([*argv, str(context)], timeout_s=timeout_s, what=f"docker buildx build {tag}", capture=quiet)

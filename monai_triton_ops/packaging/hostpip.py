@@ -8,9 +8,9 @@ this machine's TLS traffic is verified with. Both are handed to the build for it
   passed as a build secret (``pip-conf``), with the certificate left out;
 - the CA bundle pip uses here is passed as the ``host-ca`` secret (``PIP_CERT`` inside the build);
 - local folders and files those settings name (``/opt/wheels``, ``file:///...`` indexes, constraint files)
-  are mounted read-only at the same paths (for an index ``<root>/simple``, all of ``<root>``, where the
-  PEP 503 pages' relative links lead) (buildah ``--volume``); a docker build cannot mount host folders,
-  so for docker those settings are left out and said so.
+  are mounted read-only (buildah ``--volume``) below ``/run/monai-triton-host/``, and the ``pip.conf`` names
+  them there (for an index ``<root>/simple``, all of ``<root>``, where the PEP 503 pages' relative links lead);
+  a docker build cannot mount host folders, so for docker those settings are left out and said so.
 
 Secrets and volumes exist only while a ``RUN`` step runs: nothing of this machine lands in the image.
 """
@@ -45,6 +45,9 @@ FORWARDED = (
 _LIST_KEYS = {"extra-index-url", "find-links", "constraint", "trusted-host"}
 _PATH_KEYS = {"index-url", "extra-index-url", "find-links", "constraint"}
 _CONFIG_TIMEOUT_S = 60.0
+#: Where host folders appear inside the build (``<n>-<name>``): no path of this machine is created in the image;
+#: only the empty mount points below this folder remain in the layer of the step that used them.
+MOUNT_ROOT = "/run/monai-triton-host"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,8 +56,8 @@ class HostPip:
 
     settings: dict[str, str]
     """Forwarded settings, already filtered for the builder."""
-    volumes: tuple[Path, ...]
-    """Local folders and files to mount read-only at the same path."""
+    volumes: tuple[tuple[Path, str], ...]
+    """``(host path, path inside the build)`` to mount read-only (``settings`` name the inside paths)."""
     cert: Path | None
     """The CA bundle pip verifies TLS with here."""
     dropped: tuple[str, ...] = ()
@@ -73,7 +76,7 @@ def read_host_pip(*, mounts_allowed: bool) -> HostPip:
     """This interpreter's effective pip settings, ready for a build that can (or cannot) mount host paths."""
     raw = _pip_config()
     settings: dict[str, str] = {}
-    volumes: list[Path] = []
+    volumes: dict[Path, str] = {}
     dropped: list[str] = []
     for key, value in raw.items():
         if key not in FORWARDED:
@@ -89,13 +92,14 @@ def read_host_pip(*, mounts_allowed: bool) -> HostPip:
             elif not local.exists():
                 logger.info("pip setting %s=%s: %s does not exist here, left out of the build", key, item, local)
             elif mounts_allowed:
-                kept.append(item)
-                volumes.append(_mount_root(key, local))
+                root = _mount_root(key, local)
+                inside = volumes.setdefault(root, f"{MOUNT_ROOT}/{len(volumes)}-{root.name}")
+                kept.append(item.replace(str(root), inside, 1))
             else:
                 dropped.append(f"{key}={item}")
         if kept:
             settings[key] = " ".join(kept)
-    return HostPip(settings=settings, volumes=tuple(dict.fromkeys(volumes)), cert=_cert(raw), dropped=tuple(dropped))
+    return HostPip(settings=settings, volumes=tuple(volumes.items()), cert=_cert(raw), dropped=tuple(dropped))
 
 
 def _pip_config() -> dict[str, str]:

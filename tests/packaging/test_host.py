@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from monai_triton_ops.packaging.hostpip import read_host_pip
+from monai_triton_ops.packaging.hostpip import MOUNT_ROOT, read_host_pip
 from monai_triton_ops.packaging.rootfs import DEFAULT_MIRROR, RootfsSpec, cache_dir, host_mirror
 
 
@@ -30,10 +30,16 @@ def pip_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
 
 def test_local_folders_of_pips_settings_are_mounted_for_buildah(pip_env: dict[str, Path]) -> None:
     host = read_host_pip(mounts_allowed=True)
-    # a local index's pages link to ../../files/: its root is mounted, not only simple/
-    assert set(host.volumes) == {pip_env["wheels"], pip_env["index"].parent, pip_env["constraints"]}
-    assert host.settings["find-links"] == str(pip_env["wheels"])
-    assert host.settings["extra-index-url"] == f"file://{pip_env['index']} https://example.invalid/simple"
+    # a local index's pages link to ../../files/: its root is mounted, not only simple/; inside the build every
+    # host folder sits below one folder of ours, so that no path of this machine is created in the image
+    mounts = dict(host.volumes)
+    assert set(mounts) == {pip_env["wheels"], pip_env["index"].parent, pip_env["constraints"]}
+    assert all(inside.startswith(MOUNT_ROOT + "/") for inside in mounts.values())
+    assert len(set(mounts.values())) == 3
+    assert host.settings["find-links"] == mounts[pip_env["wheels"]]
+    assert host.settings["constraint"] == mounts[pip_env["constraints"]]
+    index = f"file://{mounts[pip_env['index'].parent]}/simple"
+    assert host.settings["extra-index-url"] == f"{index} https://example.invalid/simple"
     assert host.settings["default-timeout"] == "42"
     assert host.dropped == ()
     parsed = configparser.ConfigParser(interpolation=None)

@@ -201,8 +201,10 @@ def assert_nothing_of_this_machine(root: Path) -> None:
     """No pip configuration, local index path or host-only CA certificate was baked into the image."""
     assert not (root / "etc/pip.conf").exists()
     assert not (root / "etc/xdg/pip").exists()
-    assert not (root / "run/secrets").exists() or not any((root / "run/secrets").iterdir())
+    for stubs in ("run/secrets", "run/monai-triton-host"):  # mount points of the build's secrets and host folders
+        assert not any(p.is_file() and p.stat().st_size for p in (root / stubs).rglob("*")), stubs
     assert not (root / "opt/wheels").exists()
+    assert not (root / "opt/pypi").exists()
     host_bundle = Path("/etc/ssl/certs/ca-certificates.crt")
     image_bundle = root / "etc/ssl/certs/ca-certificates.crt"
     if host_bundle.is_file() and image_bundle.is_file():
