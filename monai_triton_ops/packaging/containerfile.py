@@ -118,6 +118,7 @@ RUN {_SECRETS} \\
     set -eu; \\
     if [ -s /run/secrets/pip-conf ]; then export PIP_CONFIG_FILE=/run/secrets/pip-conf; fi; \\
     if [ -s /run/secrets/host-ca ]; then export PIP_CERT=/run/secrets/host-ca; fi; \\
+    export PIP_NO_INPUT=1; \\
     python3 -m venv {venv}; \\
     {pip} -r {PIP_DIR}/requirements.txt; \\
 {server}    true
