@@ -110,31 +110,23 @@ def _fill(
     tag: str,
     base_image: str,
 ) -> dict[str, dict[str, object]]:
-    layout = manifests.LAYOUT
     wheel, server_files = _write_pip(root / "pip", request, config)
     sdk_version = requirements.installed_version("monai-deploy-app-sdk") or "0.0.0"
     holoscan_version = requirements.installed_version("holoscan-cu13", "holoscan-cu12", "holoscan") or "0.0.0"
-    app_json = manifests.app_manifest(
-        config, command=["python3", f"{layout.app_dir}/{entry}".rstrip("/")], sdk_version=sdk_version,
-        timeout_s=request.timeout_s,
-    )  # fmt: skip
+    command = ["python3", f"{manifests.LAYOUT.app_dir}/{entry}".rstrip("/")]
+    app_json = manifests.app_manifest(config, command=command, sdk_version=sdk_version, timeout_s=request.timeout_s)
     pkg_json = manifests.package_manifest(config, list(models))
     (root / "map").mkdir()
     (root / "map" / "app.json").write_text(manifests.write_json(app_json), encoding="utf-8")
     (root / "map" / "pkg.json").write_text(manifests.write_json(pkg_json), encoding="utf-8")
-    shutil.copyfile(config.path, root / "app.config")
-    _copy_app(request.app, root / "app")
-    _copy_models(models, root / "models")
-    has_docs = _copy_docs(app_folder(request), root / "docs")
-    tools = root / "tools"
-    tools.write_text(resources.files(__package__).joinpath("tools.sh").read_text(encoding="utf-8"))
-    tools.chmod(0o755)
+    has_docs = _copy_payload(root, request, config, models)
+    labels = manifests.image_labels(
+        config, tag=tag, base_image=base_image, holoscan_version=holoscan_version, sdk_version=sdk_version
+    )
     spec = containerfile.ContainerSpec(
         base_image=base_image,
         environment=manifests.app_environment(config, timeout_s=request.timeout_s),
-        labels=manifests.image_labels(
-            config, tag=tag, base_image=base_image, holoscan_version=holoscan_version, sdk_version=sdk_version
-        ),
+        labels=labels,
         wheel_name=wheel.name,
         server_files=server_files,
         uid=request.uid,
@@ -145,6 +137,17 @@ def _fill(
     (root / ".dockerignore").write_text(_DOCKERIGNORE)
     (root / MARKER).write_text(json.dumps({"tag": tag, "version": config.version}) + "\n")
     return {"app_manifest": app_json, "package_manifest": pkg_json}
+
+
+def _copy_payload(root: Path, request: PackageRequest, config: AppConfig, models: dict[str, Path]) -> bool:
+    """``app.config``, ``app/``, ``models/``, ``docs/`` and ``tools``; returns whether there are docs."""
+    shutil.copyfile(config.path, root / "app.config")
+    _copy_app(request.app, root / "app")
+    _copy_models(models, root / "models")
+    tools = root / "tools"
+    tools.write_text(resources.files(__package__).joinpath("tools.sh").read_text(encoding="utf-8"))
+    tools.chmod(0o755)
+    return _copy_docs(app_folder(request), root / "docs")
 
 
 def _write_pip(folder: Path, request: PackageRequest, config: AppConfig) -> tuple[Path, str | None]:
