@@ -325,7 +325,12 @@ def _run_package(args: argparse.Namespace) -> int:
         print(f"image   not built (--no-build); build with: buildah bud --layers -t {context.tag} {context.path}")
         return exits.OK
     print(f"image   {context.tag} (built with {result.builder} in {result.build_s or 0:.0f} s)")
-    print(f"run     {result.builder} run ... {context.tag}: see docs/packaging.md")
+    mounts = "-v INPUT:/var/holoscan/input:ro -v OUTPUT:/var/holoscan/output"
+    if result.builder == "docker":
+        print(f"run     docker run --rm {mounts} [-e MONAI_TRITON_BACKEND=SPEC] {context.tag}")
+    else:
+        print(f'run     c=$(buildah from {context.tag}); buildah run {mounts} [-e MONAI_TRITON_BACKEND=SPEC] "$c" -- '
+              '/var/holoscan/tools; buildah rm "$c"   (podman, docker, Kubernetes: docs/packaging.md)')  # fmt: skip
     return exits.OK
 
 

@@ -57,7 +57,6 @@ def render(spec: ContainerSpec) -> str:
 
 def _header(spec: ContainerSpec) -> str:
     return f"""\
-# syntax=docker/dockerfile:1
 # A MONAI Application Package, written by `monai-triton package` (monai-triton-ops). Layout and manifests follow
 # holoscan-cli 4.2.0's packager, with the MAP spec's fixes (docs/packaging.md). Built by that command; by hand:
 #   buildah bud --layers --secret id=host-ca,src=/etc/ssl/certs/ca-certificates.crt -t IMAGE:TAG .

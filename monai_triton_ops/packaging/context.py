@@ -85,7 +85,7 @@ def write_context(request: PackageRequest, *, base_image: str) -> BuildContext:
     entry = _check_app(request.app)
     config = read_app_config(request.config or app_folder(request) / "app.yaml", version=request.version)
     models = _model_entries(request.models)
-    tag = request.tag or default_tag(request.app, config.version)
+    tag = qualified_tag(request.tag or default_tag(request.app, config.version))
     _check_output(request.output)
     request.output.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=request.output.parent, prefix=f".{request.output.name}.partial-"))
@@ -162,6 +162,19 @@ def _write_pip(folder: Path, request: PackageRequest, config: AppConfig) -> tupl
     pins = requirements.environment_pins(pinned) if request.pin_environment else {}
     (folder / "constraints.txt").write_text(requirements.constraints_text(pins, request.constraints))
     return wheel, server_files
+
+
+def qualified_tag(tag: str) -> str:
+    """``name:tag`` -> ``localhost/name:tag``; a name whose first part is a registry (``host.domain``,
+    ``host:port``, ``localhost``) is kept.
+
+    buildah resolves a short name against the images it already has: ``-t seg:1`` re-tagged an existing
+    ``localhost/other/seg:1`` instead of making ``localhost/seg:1``. A qualified name means one image.
+    """
+    first, slash, _ = tag.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return tag
+    return f"localhost/{tag}"
 
 
 def default_tag(app: Path, version: str) -> str:

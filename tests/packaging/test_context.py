@@ -18,7 +18,7 @@ import pytest
 from monai_triton_ops import cli
 from monai_triton_ops.errors import ConfigError, UsageError
 from monai_triton_ops.packaging import PackageRequest
-from monai_triton_ops.packaging.context import MARKER, BuildContext, default_tag, write_context
+from monai_triton_ops.packaging.context import MARKER, BuildContext, default_tag, qualified_tag, write_context
 from monai_triton_ops.packaging.requirements import canonical
 
 from .conftest import APP, BASE, MODELS
@@ -111,8 +111,8 @@ def test_a_rerun_replaces_its_own_context_and_a_failed_one_leaves_it(wheel: Path
     )
     assert not (out / "stale").exists()
     assert read_json(out / "map/app.json")["version"] == "0.2.0"
-    assert first.tag == "brain-tissue-seg:0.1.0"
-    assert again.tag == "brain-tissue-seg:0.2.0"
+    assert first.tag == "localhost/brain-tissue-seg:0.1.0"
+    assert again.tag == "localhost/brain-tissue-seg:0.2.0"
 
 
 def test_a_folder_it_did_not_write_is_never_replaced(wheel: Path, tmp_path: Path) -> None:
@@ -155,7 +155,7 @@ def test_a_single_file_app_and_a_model_file(wheel: Path, tmp_path: Path) -> None
     assert json.loads(read_json(context.path / "map/app.json")["command"]) == ["python3", "/opt/holoscan/app/run_me.py"]
     assert read_json(context.path / "map/pkg.json")["models"] == [{"name": "spleen", "path": "spleen"}]
     assert (context.path / "models/spleen/spleen.ts").is_file()
-    assert context.tag == "run_me:0.1.0".replace("_", "-")
+    assert context.tag == "localhost/run-me:0.1.0"
 
 
 def test_default_tags_are_valid_image_names(tmp_path: Path) -> None:
@@ -163,6 +163,11 @@ def test_default_tags_are_valid_image_names(tmp_path: Path) -> None:
     odd = tmp_path / "My App__v2"
     odd.mkdir()
     assert default_tag(odd, "1.0.0") == "my-app-v2:1.0.0"
+    # buildah resolves short names against the images it has (it re-tagged another image): always qualified
+    assert qualified_tag("seg:1") == "localhost/seg:1"
+    assert qualified_tag("team/seg:1") == "localhost/team/seg:1"
+    for kept in ("localhost/seg:1", "registry.example/ai/seg:1", "registry:5000/seg:1"):
+        assert qualified_tag(kept) == kept
 
 
 def test_the_command_writes_a_context_without_building(wheel: Path, tmp_path: Path, capsys, restore_console) -> None:
@@ -172,6 +177,7 @@ def test_the_command_writes_a_context_without_building(wheel: Path, tmp_path: Pa
     printed = capsys.readouterr().out
     assert f"context {out}" in printed
     assert "not built" in printed
+    assert "localhost/seg:9" in printed
     assert "FROM docker.io/library/ubuntu:24.04\n" in (out / "Dockerfile").read_text()
     assert read_json(out / "map/app.json")["version"] == "0.1.0"
     assert cli.main(["package", str(tmp_path / "nowhere"), "--no-build", "-o", str(tmp_path / "x")]) == 2

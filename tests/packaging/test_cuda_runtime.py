@@ -66,6 +66,7 @@ def test_the_lib_dir_command_prints_the_folder_for_ld_so_conf(capsys: pytest.Cap
     assert capsys.readouterr().out.strip() == str(cuda_runtime.wheel_library().parent)  # type: ignore[union-attr]
 
 
+@pytest.mark.slow  # a fresh interpreter importing MONAI and Holoscan
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare")
 def test_holoscan_imports_with_every_system_cuda_runtime_hidden() -> None:
     hidden = system_cudart_dirs()

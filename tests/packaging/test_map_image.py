@@ -277,7 +277,7 @@ def closed_port() -> int:
 def test_a_server_that_is_not_there(image: Path, dicom: Path, tmp_path: Path) -> None:
     out = writable(tmp_path / "out")
     # The remote readiness deadline comes with the spec, as every remote option does (docs/remote.md).
-    env = {"MONAI_TRITON_BACKEND": f"grpc://127.0.0.1:{closed_port()}?ready_timeout_s=30"}
+    env = {"MONAI_TRITON_BACKEND": f"grpc://127.0.0.1:{closed_port()}?ready_timeout_s=15"}
     with container() as name:
         volumes = [(dicom, "/var/holoscan/input", "ro"), (out, "/var/holoscan/output", "rw")]
         run = run_map(name, env=env, volumes=volumes)
