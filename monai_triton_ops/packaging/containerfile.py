@@ -7,8 +7,8 @@ the last, small ones::
     system packages (only what the base lacks) -> app user and MAP folders -> third-party packages
     -> Triton server files -> this project's wheel -> models -> manifests, app.yaml, app, tools -> env, labels
 
-Everything the build borrows from the host (the CA bundle, pip's settings, a pip cache) is a secret or a
-cache mount, present while one ``RUN`` step runs and never in a layer.
+Everything the build borrows from the host (the CA bundle, pip's settings) is a build secret, present while one
+``RUN`` step runs and never in a layer.
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ LD_CONF = "/etc/ld.so.conf.d/monai-triton-ops-cuda.conf"
 PIP_DIR = "/tmp/monai-triton-pip"  # noqa: S108 - inside the image build, removed by the step that uses it
 _SECRETS = (
     "--mount=type=secret,id=host-ca,target=/run/secrets/host-ca "
-    "--mount=type=secret,id=pip-conf,target=/run/secrets/pip-conf "
-    "--mount=type=cache,target=/root/.cache/pip,sharing=locked"
+    "--mount=type=secret,id=pip-conf,target=/run/secrets/pip-conf"
 )
 
 
@@ -117,7 +116,7 @@ RUN {_SECRETS} \\
     set -eu; \\
     if [ -s /run/secrets/pip-conf ]; then export PIP_CONFIG_FILE=/run/secrets/pip-conf; fi; \\
     if [ -s /run/secrets/host-ca ]; then export PIP_CERT=/run/secrets/host-ca; fi; \\
-    export PIP_NO_INPUT=1; \\
+    export PIP_NO_INPUT=1 PIP_NO_CACHE_DIR=1; \\
     python3 -m venv {venv}; \\
     {pip} -r {PIP_DIR}/requirements.txt; \\
 {server}    true
