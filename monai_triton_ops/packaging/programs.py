@@ -63,7 +63,7 @@ def run(
             check=False,
         )
     except subprocess.TimeoutExpired as exc:
-        raise PackagingError(f"{what}: no result within {timeout_s:.0f} s{_tail(exc.stdout, exc.stderr)}") from exc
+        raise PackagingError(f"{what}: no result within {timeout_s:g} s{_tail(exc.stdout, exc.stderr)}") from exc
     except OSError as exc:
         raise PackagingError(f"{what}: cannot run {argv[0]!r}: {exc.strerror or exc}") from exc
     if result.returncode != 0:

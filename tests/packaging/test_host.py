@@ -1,4 +1,5 @@
-"""What an image build borrows from this machine: pip's settings and CA bundle, the Debian mirror, the cache folder.
+"""What an image build borrows from this machine (pip's settings and CA bundle, the Debian mirror, the cache folder),
+and how it runs programs there.
 
 ``read_host_pip`` runs the real ``pip config list`` of this interpreter; the settings are steered with ``PIP_*``
 variables, which pip ranks above its configuration files.
@@ -11,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from monai_triton_ops.errors import PackagingError, UsageError
+from monai_triton_ops.packaging.builders import choose_builder, docker_usable
 from monai_triton_ops.packaging.hostpip import MOUNT_ROOT, read_host_pip
+from monai_triton_ops.packaging.programs import run
 from monai_triton_ops.packaging.rootfs import DEFAULT_MIRROR, RootfsSpec, cache_dir, host_mirror
 
 
@@ -89,3 +93,21 @@ def test_the_cache_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
     assert cache_dir() == tmp_path / "xdg" / "monai-triton"
     monkeypatch.setenv("MONAI_TRITON_CACHE", str(tmp_path / "mine"))
     assert cache_dir() == tmp_path / "mine"
+
+
+def test_every_program_runs_with_a_deadline_and_fails_in_one_error() -> None:
+    assert run(["echo", "hi"], timeout_s=30, what="echo") == "hi\n"
+    with pytest.raises(PackagingError, match=r"sleep: no result within 0.5 s"):
+        run(["sleep", "30"], timeout_s=0.5, what="sleep")
+    with pytest.raises(PackagingError, match=r"sh failed with exit code 7\n--- output tail ---\nboom"):
+        run(["sh", "-c", "echo boom >&2; exit 7"], timeout_s=30, what="sh")
+    with pytest.raises(PackagingError, match="cannot run 'no-such-program-here'"):
+        run(["no-such-program-here"], timeout_s=30, what="missing")
+
+
+def test_the_builder_choice_is_checked() -> None:
+    with pytest.raises(UsageError, match="unknown builder 'kaniko'"):
+        choose_builder("kaniko")
+    if not docker_usable():  # this machine: a docker client, no daemon
+        with pytest.raises(PackagingError, match="no daemon answers"):
+            choose_builder("docker")

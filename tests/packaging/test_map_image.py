@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -34,6 +35,7 @@ import numpy as np
 import pydicom
 import pytest
 
+from monai_triton_ops import cli
 from monai_triton_ops.server import LocalTritonServer
 
 from .conftest import APP, MODELS, ROOT
@@ -62,13 +64,15 @@ def buildah(*args: str, timeout: float = 120) -> str:
 
 @pytest.fixture(scope="module")
 def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Build the MAP with the real command; returns its build context."""
+    """Build the MAP with the real command (in this process, so that coverage sees it); returns its build context."""
     context = tmp_path_factory.mktemp("map") / "context"
-    command = [sys.executable, "-m", "monai_triton_ops.cli", "package", str(APP), "-m", str(MODELS)]
-    command += ["-o", str(context), "-t", TAG, "--builder", "buildah"]
+    argv = ["package", str(APP), "-m", str(MODELS), "-o", str(context), "-t", TAG, "--builder", "buildah"]
+    root_level = logging.getLogger().level
     started = time.perf_counter()
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    try:
+        assert cli.main(argv) == 0
+    finally:
+        logging.getLogger().setLevel(root_level)  # the command set its own log level for the process
     print(f"\nMAP build: {time.perf_counter() - started:.0f} s")
     return context
 
