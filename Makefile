@@ -1,12 +1,13 @@
 # Two commands do all set-up on a fresh machine: `make demo` (the sample app on real data, every
 # available backend) and `make test` (lint, format check, types, then every test with coverage).
+# Beside them, `make map` packages the sample app as a MAP (one OCI image, every backend; docs/packaging.md).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest
 
-.PHONY: setup demo test test-fast lint format-check format typecheck pytest bench docs clean
+.PHONY: setup demo map test test-fast lint format-check format typecheck pytest bench docs clean
 
 setup: $(STAMP)
 
@@ -21,10 +22,17 @@ $(STAMP): pyproject.toml constraints.txt
 	# The KServe SDK's models are the InferenceService schema that tests/deploy checks deploy/kserve against;
 	# the wheel is only read, never installed (its model-server dependencies would clash with ours).
 	$(PY) -m pip download -q --no-deps --dest $(VENV)/wheels kserve==0.21.0
+	# Holoscan loads libcudart.so.13 before any of our code can: a .pth hook loads the declared wheel's copy.
+	$(PY) -m monai_triton_ops.packaging.runtime_libs --write-site-hook
 	touch $(STAMP)
 
 demo: setup
 	$(PY) apps/brain_tissue_seg/demo.py
+
+# Docker with buildx if a daemon answers, else buildah (installed from Debian's packages when missing, as root);
+# the Debian base is made once with mmdebstrap and cached (~/.cache/monai-triton).
+map: setup
+	$(VENV)/bin/monai-triton package apps/brain_tissue_seg -m model_repository
 
 test: setup lint format-check typecheck pytest
 

@@ -8,7 +8,11 @@ tools still work in plain Python processes.
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from . import cuda_runtime as _cuda_runtime
 from .errors import MonaiTritonError as MonaiTritonError
+
+# Holoscan (imported by `import monai`) needs libcudart.so.13; load the declared wheel's copy first (cuda_runtime.py).
+_cuda_runtime.preload()
 
 if TYPE_CHECKING:
     from .backends import BackendOptions as BackendOptions

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import app_settings, console, exits, interrupts, preflight
 from .app_settings import Setting
-from .errors import UsageError
+from .errors import ModelNotFoundError, UsageError
 
 if TYPE_CHECKING:
     from monai.deploy.core import AppContext
@@ -49,6 +49,8 @@ ENV_ALLOW_NON_FINITE = "MONAI_TRITON_ALLOW_NON_FINITE"
 #: The App SDK's own variable for a Triton server's ``HOST:PORT`` (its ``-t/--triton-server-netloc``).
 ENV_NETLOC = "TRITON_SERVER_NETLOC"
 ENV_PREVIEW = "MONAI_TRITON_PREVIEW"
+#: The App SDK's (and a MAP's) model folder when -m is not given.
+ENV_MODEL_PATH = "HOLOSCAN_MODEL_PATH"
 #: Keys under which our options land in ``AppContext.args``.
 BACKEND_ARG = "backend"
 BACKEND_SOURCE_ARG = "backend_source"
@@ -279,8 +281,12 @@ def _check_paths(args: argparse.Namespace) -> None:
 
     env = RuntimeEnv()
     preflight.check_input(args.input or env.input)
-    if args.model:
-        preflight.check_model_configs(preflight.check_model_path(args.model))
+    # In a MAP the models come from HOLOSCAN_MODEL_PATH (no -m): a wrong one fails here, naming the variable.
+    model = args.model or os.environ.get(ENV_MODEL_PATH)
+    if model:
+        if not args.model and not Path(model).exists():
+            raise ModelNotFoundError(f"model repository {model!r} ({ENV_MODEL_PATH}) does not exist")
+        preflight.check_model_configs(preflight.check_model_path(model))
     preflight.check_output_folder(args.output or env.output)
 
 

@@ -8,6 +8,7 @@
     monai-triton config MODEL [--name NAME] [same options as repo build]
     monai-triton serve REPO [--http-port N] [--grpc-port N] [--metrics-port N] [--server-path P]
     monai-triton backends
+    monai-triton package APP -m MODELS [-c app.yaml] [-t TAG] [-o CONTEXT] [--base-image IMAGE] [--builder B]
 
 Every command takes ``-l LEVEL`` (``console.py``) and ends in ``exits.py``: a failure is one line on
 stderr and exit code 2 (bad input or usage), 3 (backend or server unavailable) or 1 (a bug), the
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config(commands)
     _add_serve(commands)
     _add_backends(commands)
+    _add_package(commands)
     return parser
 
 
@@ -371,6 +373,63 @@ def _run_backends(args: argparse.Namespace) -> int:
     from .app_settings import backend_statuses, render_backends
 
     sys.stdout.write(render_backends(backend_statuses()))
+    return exits.OK
+
+
+def _add_package(commands: argparse._SubParsersAction[Any]) -> None:
+    p = commands.add_parser("package", help="build a MONAI Application Package (MAP): one image, every backend")
+    p.add_argument("app", type=Path, help="application folder (with __main__.py) or .py file")
+    p.add_argument("-m", "--models", type=Path, help="model repository folder (one model per subfolder) or model file")
+    p.add_argument("-c", "--config", type=Path, help="the app's app.yaml (default: APP/app.yaml)")
+    p.add_argument("-r", "--requirements", type=Path, help="the app's requirements.txt (default: APP's)")
+    p.add_argument("-t", "--tag", help="image name:tag (default: the app folder's name and the app's version)")
+    p.add_argument("-o", "--output", type=Path, help="build context folder (default: output/map/<app>)")
+    p.add_argument("--version", dest="app_version", help="the MAP's version (default: application.version)")
+    p.add_argument("--base-image", help="base image (default: Debian 12 made here with mmdebstrap, cached)")
+    p.add_argument("--builder", choices=["auto", "docker", "buildah"], default="auto",
+                   help="auto: docker with buildx if a daemon answers, else buildah (default: auto)")  # fmt: skip
+    p.add_argument("--no-build", action="store_true", help="write the build context only")
+    p.add_argument("--wheel", type=Path, help="monai_triton_ops wheel to install (default: built from this checkout)")
+    p.add_argument("--constraint", action="append", type=Path, default=[], metavar="FILE",
+                   help="pip constraints for the image, over this environment's versions (repeatable)")  # fmt: skip
+    p.add_argument("--no-pin-environment", action="store_true",
+                   help="do not pin the image's packages to the versions installed here")  # fmt: skip
+    p.add_argument("--timeout", type=int, default=0, help="app.json#timeout in seconds, 0: none (default: 0)")
+    _add_log_level(p, default="INFO")
+    p.set_defaults(handler=_run_package)
+
+
+def _run_package(args: argparse.Namespace) -> int:
+    from .packaging import PackageRequest, package_app
+
+    app = args.app.resolve()
+    request = PackageRequest(
+        app=app,
+        models=args.models,
+        output=args.output or Path("output") / "map" / (app.stem if app.is_file() else app.name),
+        config=args.config,
+        requirements=args.requirements,
+        tag=args.tag,
+        version=args.app_version,
+        wheel=args.wheel,
+        constraints=tuple(args.constraint),
+        pin_environment=not args.no_pin_environment,
+        timeout_s=args.timeout,
+    )
+    result = package_app(request, builder=args.builder, base_image=args.base_image, build=not args.no_build)
+    context = result.context
+    print(f"context {context.path}")
+    print(f"base    {result.base_image}")
+    if result.builder is None:
+        print(f"image   not built (--no-build); build with: buildah bud --layers -t {context.tag} {context.path}")
+        return exits.OK
+    print(f"image   {context.tag} (built with {result.builder} in {result.build_s or 0:.0f} s)")
+    mounts = "-v INPUT:/var/holoscan/input:ro -v OUTPUT:/var/holoscan/output"
+    if result.builder == "docker":
+        print(f"run     docker run --rm {mounts} [-e MONAI_TRITON_BACKEND=SPEC] {context.tag}")
+    else:
+        print(f'run     c=$(buildah from {context.tag}); buildah run {mounts} [-e MONAI_TRITON_BACKEND=SPEC] "$c" -- '
+              '/var/holoscan/tools; buildah rm "$c"   (podman, docker, Kubernetes: docs/packaging.md)')  # fmt: skip
     return exits.OK
 
 

@@ -19,6 +19,7 @@ a package is missing or broken), and each error also subclasses the matching bui
     ├── InferenceError (RuntimeError)            the model failed while running
     │   └── InferenceTimeoutError (TimeoutError) no answer within the deadline
     ├── RepositoryError (RuntimeError)           the model repository cannot be written
+    ├── PackagingError (RuntimeError)            a MAP image cannot be built: a program missing or failing
     └── ServerError (RuntimeError)               the local tritonserver failed
         ├── ServerNotFoundError (FileNotFoundError)
         ├── PortInUseError (OSError)
@@ -86,6 +87,10 @@ class InferenceTimeoutError(InferenceError, TimeoutError):
 
 class RepositoryError(MonaiTritonError, RuntimeError):
     """A model repository entry cannot be written (exists, unsafe name, failed check)."""
+
+
+class PackagingError(MonaiTritonError, RuntimeError):
+    """A MAP cannot be built: a program it needs (buildah, mmdebstrap, pip in the build) is missing or failed."""
 
 
 class ServerError(MonaiTritonError, RuntimeError):

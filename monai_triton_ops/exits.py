@@ -6,7 +6,8 @@ failure reads the same wherever it happens::
     0    success
     1    a bug: an exception nobody anticipated (please report it with the -l DEBUG traceback)
     2    bad input or usage: an option, path, model, image or configuration that cannot work
-    3    unavailable: a backend that is not built or not installed, a server that is absent or failed
+    3    unavailable: a backend that is not built or not installed, a server that is absent or failed,
+         a program a MAP build needs (buildah, mmdebstrap) missing or failing
     130  interrupted (Ctrl-C, SIGINT)
     143  terminated (SIGTERM)
 
@@ -23,7 +24,14 @@ import traceback
 from collections.abc import Callable
 from typing import TextIO
 
-from .errors import BackendStateError, BackendUnavailableError, MonaiTritonError, PortInUseError, ServerError
+from .errors import (
+    BackendStateError,
+    BackendUnavailableError,
+    MonaiTritonError,
+    PackagingError,
+    PortInUseError,
+    ServerError,
+)
 
 OK = 0
 BUG = 1
@@ -53,7 +61,7 @@ def exit_code(exc: BaseException) -> int:
     if isinstance(exc, MonaiTritonError):
         if isinstance(exc, PortInUseError):  # the port the user asked for is taken: their choice to change
             return USAGE
-        if isinstance(exc, BackendUnavailableError | ServerError | ConnectionError | TimeoutError):
+        if isinstance(exc, BackendUnavailableError | ServerError | PackagingError | ConnectionError | TimeoutError):
             return UNAVAILABLE
         if isinstance(exc, BackendStateError):  # lifecycle misuse is a programming error
             return BUG
