@@ -28,7 +28,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from ...errors import BackendStateError, BackendUnavailableError, ConfigError, InferenceError, InferenceTimeoutError
+from ...errors import BackendStateError, BackendUnavailableError, ConfigError, InferenceError
 from ...signature import ModelSignature
 from ..base import ArrayLike, BaseBackend, InferRequest
 from ..options import BackendOptions
@@ -217,8 +217,8 @@ class RemoteBackend(BaseBackend):
     def _public(self, error: CallError, request: InferRequest, attempts: int, waited_s: float) -> Exception:
         """The caller's error for the last attempt's ``error``: what the status means, and what we know."""
         exc: Exception = to_public(error, model=self.model_name, url=self.url, waited_s=waited_s)
-        if isinstance(exc, InferenceTimeoutError) and attempts > 1:
-            exc = InferenceTimeoutError(f"{exc} (after {attempts} attempts)")
+        if attempts > 1:
+            exc = type(exc)(f"{exc} (after {attempts} attempts in {waited_s:.3g} s)")
         signature = self.signature
         text = [n for n in request.inputs if signature.input(n).dtype == "BYTES"]
         if text and error.status is Status.INTERNAL:  # what we know about this request, not what the message says

@@ -56,16 +56,18 @@ class OutputSizes:
                 self._sizes.move_to_end(key)
             return sizes
 
-    def learn(self, key: Key, sizes: dict[str, int]) -> None:
+    def learn(self, key: Key, sizes: dict[str, int]) -> bool:
+        """Remember the sizes (the larger of old and new); whether anything changed."""
         with self._lock:
             known = self._sizes.get(key)
             if known is not None and all(known.get(n, -1) >= b for n, b in sizes.items()):
-                return
+                return False
             known = known or {}
             self._sizes[key] = {n: max(b, known.get(n, 0)) for n, b in sizes.items()}
             self._sizes.move_to_end(key)
             while len(self._sizes) > _SIZE_MEMORY:
                 self._sizes.popitem(last=False)
+            return True
 
 
 @dataclass
@@ -74,6 +76,13 @@ class _Plan:
     outputs: list[WireOutput]
     slot: Slot | None = None
     reserved: dict[str, ShmRef] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    inputs: tuple[tuple[int, int], ...]  # (offset, bytes) of each input, in order
+    outputs: dict[str, tuple[int, int]]  # (offset, bytes) reserved for outputs of a known size
+    size: int
 
 
 class _Outgrew(Exception):
@@ -90,6 +99,9 @@ class Exchange:
         #: ``shared_memory=auto``: a slot that cannot be had (``/dev/shm`` full) sends that request in the body.
         self.fallback = fallback
         self.sizes = OutputSizes()
+        self._layouts: dict[Key, _Layout] = {}
+        self._input_types = {spec.name: spec.dtype for spec in signature.inputs}
+        self._output_types = {spec.name: (spec.dtype, dtype_to_numpy(spec.dtype)) for spec in signature.outputs}
 
     @property
     def name(self) -> str:
@@ -135,37 +147,52 @@ class Exchange:
     # -- where tensors go -------------------------------------------------------------------------
     def _plan(self, arrays: dict[str, np.ndarray], outputs: tuple[str, ...], key: Key | None) -> _Plan:
         pool = self.pool
-        if pool is None or any(a.dtype == np.object_ for a in arrays.values()):
-            return _body_plan(self.signature, arrays, outputs)
-        in_places, offset = {}, 0
-        for name, array in arrays.items():
-            in_places[name] = (offset, array.nbytes)
-            offset = aligned(offset + array.nbytes)
-        sizes = self.sizes.get(key) if key is not None else None
-        out_places: dict[str, tuple[int, int]] = {}
-        for name in outputs:
-            if sizes is None or name not in sizes or self.signature.output(name).dtype == "BYTES":
-                continue
-            out_places[name] = (offset, max(1, sizes[name]))
-            offset = aligned(offset + max(1, sizes[name]))
+        if pool is None or any(a.dtype.kind == "O" for a in arrays.values()):
+            return self._body_plan(arrays, outputs)
+        layout = self._layout(arrays, outputs, key)
         try:
-            slot = pool.acquire(max(offset, 1))
+            slot = pool.acquire(layout.size)
         except (OSError, CallError) as exc:
             exhausted = isinstance(exc, PoolExhausted)  # a bounded pool, in any mode: this one request in the body
             if not (self.fallback or exhausted) or (isinstance(exc, CallError) and exc.status is Status.CANCELLED):
                 raise
             logger.warning("model %r: no shared memory slot (%s); this request goes in the body", self.name, exc)
-            return _body_plan(self.signature, arrays, outputs)
+            return self._body_plan(arrays, outputs)
         region = slot.region
         assert region is not None  # noqa: S101 - acquire() sizes the slot
         inputs = []
-        for name, array in arrays.items():
-            start, size = in_places[name]
+        for (name, array), (start, size) in zip(arrays.items(), layout.inputs, strict=True):
             region.write(array, start)
-            ref = ShmRef(region.name, size, start)
-            inputs.append(WireInput(name, self.signature.input(name).dtype, array.shape, shm=ref))
-        reserved = {n: ShmRef(region.name, size, start) for n, (start, size) in out_places.items()}
+            inputs.append(WireInput(name, self._input_types[name], array.shape, shm=ShmRef(region.name, size, start)))
+        reserved = {n: ShmRef(region.name, size, start) for n, (start, size) in layout.outputs.items()}
         return _Plan(inputs, [WireOutput(n, shm=reserved.get(n)) for n in outputs], slot, reserved)
+
+    def _layout(self, arrays: dict[str, np.ndarray], outputs: tuple[str, ...], key: Key | None) -> _Layout:
+        """Inputs, then the outputs whose size is known, at aligned offsets of one slot; kept per request shape."""
+        layout = self._layouts.get(key) if key is not None else None
+        if layout is not None:
+            return layout
+        in_places, offset = [], 0
+        for array in arrays.values():
+            in_places.append((offset, array.nbytes))
+            offset = aligned(offset + array.nbytes)
+        sizes = self.sizes.get(key) if key is not None else None
+        out_places: dict[str, tuple[int, int]] = {}
+        for name in outputs:
+            if sizes is None or name not in sizes or self._output_types[name][0] == "BYTES":
+                continue
+            out_places[name] = (offset, max(1, sizes[name]))
+            offset = aligned(offset + max(1, sizes[name]))
+        layout = _Layout(tuple(in_places), out_places, max(offset, 1))
+        if key is not None and sizes is not None:
+            if len(self._layouts) >= _SIZE_MEMORY:
+                self._layouts.clear()
+            self._layouts[key] = layout
+        return layout
+
+    def _body_plan(self, arrays: dict[str, np.ndarray], outputs: tuple[str, ...]) -> _Plan:
+        inputs = [WireInput(n, self._input_types[n], a.shape, data=a) for n, a in arrays.items()]
+        return _Plan(inputs, [WireOutput(n) for n in outputs])
 
     def _free(self, plan: _Plan, *, reuse: bool) -> None:
         pool, slot = self.pool, plan.slot
@@ -183,17 +210,16 @@ class Exchange:
         sizes: dict[str, int] = {}
         in_slot: dict[str, tuple[np.dtype[Any], tuple[int, ...], int]] = {}
         for name in names:
-            spec = self.signature.output(name)
+            datatype, dtype = self._output_types[name]
             got = result.datatype(name)
-            if got != spec.dtype:
-                raise InferenceError(f"model {self.name!r} output {name!r}: expected dtype {spec.dtype}, got {got}")
+            if got != datatype:
+                raise InferenceError(f"model {self.name!r} output {name!r}: expected dtype {datatype}, got {got}")
             shape = result.shape(name)
             ref = plan.reserved.get(name)
             if ref is None:
                 outputs[name] = _owned(self.name, name, shape, result)
                 sizes[name] = int(outputs[name].nbytes)
                 continue
-            dtype = dtype_to_numpy(spec.dtype)
             nbytes = math.prod(shape) * dtype.itemsize
             if nbytes > ref.byte_size:
                 raise InferenceError(f"model {self.name!r} output {name!r}: {nbytes} bytes exceed its place")
@@ -201,8 +227,8 @@ class Exchange:
             sizes[name] = nbytes
         if in_slot:
             outputs.update(self._from_slot(plan, in_slot))
-        if self.pool is not None:
-            self.sizes.learn(key, sizes)
+        if self.pool is not None and self.sizes.learn(key, sizes):
+            self._layouts.pop(key, None)  # places change with the sizes learned
         return outputs
 
     def _from_slot(self, plan: _Plan, places: dict[str, tuple[np.dtype[Any], tuple[int, ...], int]]) -> Outputs:
@@ -219,11 +245,6 @@ class Exchange:
 
 #: The transport's deadline for a request that has none (the options always give one; this is a guard).
 _NO_DEADLINE_S = 3600.0
-
-
-def _body_plan(signature: ModelSignature, arrays: dict[str, np.ndarray], outputs: tuple[str, ...]) -> _Plan:
-    inputs = [WireInput(n, signature.input(n).dtype, a.shape, data=a) for n, a in arrays.items()]
-    return _Plan(inputs, [WireOutput(n) for n in outputs])
 
 
 def _owned(model: str, name: str, shape: tuple[int, ...], result: WireResult) -> np.ndarray:
