@@ -26,7 +26,7 @@ from tritonclient.utils import InferenceServerException, deserialize_bytes_tenso
 
 from .endpoints import Endpoint, TransportSettings
 from .translate import CallError, Status, from_grpc_status
-from .transport import Transport, WireInput, WireOutput, WireResult, build_request, refuse_unregister_all
+from .transport import RequestBuilder, Transport, WireInput, WireOutput, WireResult, refuse_unregister_all
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +44,7 @@ class GrpcTransport(Transport):
 
     def __init__(self, endpoint: Endpoint, settings: TransportSettings) -> None:
         self.url = endpoint.url
+        self._requests = RequestBuilder(grpcclient, binary={})
         self._closed = False
         self._compression = settings.compression
         keepalive = None
@@ -74,7 +75,7 @@ class GrpcTransport(Transport):
                 f"the request body would hold {body} bytes, over the {MAX_MESSAGE_BYTES} bytes this client sends "
                 "over gRPC",
             )
-        tensors, requested = build_request(grpcclient, inputs, outputs, binary={})
+        tensors, requested = self._requests.build(inputs, outputs)
         try:
             result = self._client.infer(
                 model,

@@ -26,7 +26,7 @@ from tritonclient.utils import InferenceServerException
 
 from .endpoints import Endpoint, TransportSettings
 from .translate import CallError, Status, from_http_status, from_os_error
-from .transport import Transport, WireInput, WireOutput, WireResult, build_request, refuse_unregister_all
+from .transport import RequestBuilder, Transport, WireInput, WireOutput, WireResult, refuse_unregister_all
 from .workers import Made, Workers
 
 logger = logging.getLogger(__name__)
@@ -66,6 +66,7 @@ class HttpTransport(Transport):
 
     def __init__(self, endpoint: Endpoint, settings: TransportSettings, workers: Workers) -> None:
         self.url = endpoint.url
+        self._requests = RequestBuilder(httpclient, binary=_BINARY)
         self._address = endpoint.address
         self._ssl = endpoint.tls
         self._workers = workers
@@ -102,7 +103,7 @@ class HttpTransport(Transport):
         *,
         timeout_s: float,
     ) -> WireResult:
-        tensors, requested = build_request(httpclient, inputs, outputs, binary=_BINARY)
+        tensors, requested = self._requests.build(inputs, outputs)
         result = self._control(lambda c: c.infer(model, tensors, model_version=version, outputs=requested), timeout_s)
         return _HttpResult(result)
 

@@ -6,7 +6,7 @@ a ``tritonclient`` exception). The backend calls ``infer`` on its worker threads
 come from any thread.
 
 Both protocols describe a request with the same ``InferInput`` / ``InferRequestedOutput`` shape, so
-:func:`build_request` builds it once for either client module; only the body encoding differs (HTTP
+:class:`RequestBuilder` builds it for either client module; only the body encoding differs (HTTP
 asks for binary tensors, gRPC always sends raw bytes).
 """
 
@@ -116,13 +116,40 @@ class Transport(ABC):
         """Release connections; calls still out end at once (gRPC) or at their deadline (HTTP); idempotent."""
 
 
+class RequestBuilder:
+    """``tritonclient.grpc`` or ``tritonclient.http`` input and output objects for a request, for either protocol.
+
+    ``binary`` goes to the body setters: ``{"binary_data": True}`` for HTTP, ``{}`` for gRPC. The objects of a
+    request whose tensors are all in shared memory depend only on the slot and the shapes, and tritonclient only
+    reads them, so they are kept and reused (a sliding window sends the same few again and again).
+    """
+
+    def __init__(self, client: ModuleType, *, binary: dict[str, Any]) -> None:
+        self._client = client
+        self._binary = binary
+        self._kept: dict[tuple[tuple[WireInput, ...], tuple[WireOutput, ...]], tuple[list[Any], list[Any]]] = {}
+
+    def build(self, inputs: Sequence[WireInput], outputs: Sequence[WireOutput]) -> tuple[list[Any], list[Any]]:
+        if any(spec.data is not None for spec in inputs):
+            return build_request(self._client, inputs, outputs, binary=self._binary)
+        key = (tuple(inputs), tuple(outputs))
+        built = self._kept.get(key)
+        if built is None:
+            built = build_request(self._client, inputs, outputs, binary=self._binary)
+            if len(self._kept) >= _KEPT_REQUESTS:
+                self._kept.clear()
+            self._kept[key] = built
+        return built
+
+
+#: Shared memory requests whose tritonclient objects are kept (slots x request shapes in use).
+_KEPT_REQUESTS = 256
+
+
 def build_request(
     client: ModuleType, inputs: Sequence[WireInput], outputs: Sequence[WireOutput], *, binary: dict[str, Any]
 ) -> tuple[list[Any], list[Any]]:
-    """``tritonclient.grpc`` or ``tritonclient.http`` input and output objects for one request.
-
-    ``binary`` is passed to the body setters: ``{"binary_data": True}`` for HTTP, ``{}`` for gRPC.
-    """
+    """``tritonclient.grpc`` or ``tritonclient.http`` input and output objects for one request (see above)."""
     tensors = []
     for spec in inputs:
         tensor = client.InferInput(spec.name, list(spec.shape), spec.datatype)
