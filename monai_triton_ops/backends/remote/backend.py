@@ -187,7 +187,12 @@ class RemoteBackend(BaseBackend):
         ticket = _Ticket(request)
         with self._tickets_lock:
             self._tickets[id(request)] = ticket
-        return workers.submit(self._run, ticket)
+        try:
+            return workers.submit(self._run, ticket)
+        except BaseException:  # closing: _run will never drop it
+            with self._tickets_lock:
+                self._tickets.pop(id(request), None)
+            raise
 
     def _run(self, ticket: _Ticket) -> Outputs:
         """One request on a worker thread: attempts in a plain loop, each inside the request's deadline."""

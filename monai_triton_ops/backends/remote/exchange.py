@@ -163,9 +163,14 @@ class Exchange:
         region = slot.region
         assert region is not None  # noqa: S101 - acquire() sizes the slot
         inputs = []
-        for (name, array), (start, size) in zip(arrays.items(), layout.inputs, strict=True):
-            region.write(array, start)
-            inputs.append(WireInput(name, self._input_types[name], array.shape, shm=ShmRef(region.name, size, start)))
+        try:
+            for (name, array), (start, size) in zip(arrays.items(), layout.inputs, strict=True):
+                region.write(array, start)
+                ref = ShmRef(region.name, size, start)
+                inputs.append(WireInput(name, self._input_types[name], array.shape, shm=ref))
+        except BaseException:
+            pool.release(slot)  # nothing was sent: the slot serves the next request
+            raise
         reserved = {n: ShmRef(region.name, size, start) for n, (start, size) in layout.outputs.items()}
         return _Plan(inputs, [WireOutput(n, shm=reserved.get(n)) for n in outputs], slot, reserved)
 
