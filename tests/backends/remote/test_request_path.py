@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from monai_triton_ops import create_backend
-from monai_triton_ops.errors import ServerUnavailableError
+from monai_triton_ops.errors import InferenceTimeoutError, ServerUnavailableError
 from monai_triton_ops.server import LocalTritonServer, TritonInstall
 
 from ... import triton_models
@@ -66,17 +66,23 @@ def test_a_transient_error_is_tried_exactly_retries_plus_one_times_and_the_error
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
-def test_retries_stop_inside_the_deadline_and_the_count_matches_the_servers(
+def test_retries_stop_at_the_deadline_and_the_count_matches_the_servers(
     server: LocalTritonServer, open_backend: Open, scheme: str
 ) -> None:
-    """Many retries allowed, a short deadline: the loop gives up before it (the last error, not a timeout)."""
+    """Many retries allowed, a short deadline: no backoff wait ends past it, so the loop stops there.
+
+    It ends with the last attempt's error, which counts the attempts; or, when the deadline cut an attempt in flight
+    (a loaded machine), with the deadline's error. Either way the server saw a number of attempts the deadline
+    bounds, far below the thousand allowed.
+    """
     backend = open_backend(f"{url(server, scheme)}?retries=1000&backoff_s=0.05&max_backoff_s=0.05", "busy")
     before = executions(backend)
-    with pytest.raises(ServerUnavailableError) as caught:
+    with pytest.raises((ServerUnavailableError, InferenceTimeoutError)) as caught:
         backend.infer({"INPUT__0": _X}, timeout_s=1.0)
-    attempts = _attempts(caught.value)
-    assert 1 < attempts < 1000
-    assert executions(backend) - before == attempts
+    seen = executions(backend) - before
+    assert 1 < seen < 100  # 25-50 ms per wait: about 20-40 attempts fit in a second
+    if isinstance(caught.value, ServerUnavailableError):
+        assert _attempts(caught.value) == seen
 
 
 def test_retries_start_no_thread(server: LocalTritonServer, open_backend: Open) -> None:
@@ -167,5 +173,9 @@ def test_open_close_cycles_leave_no_threads_or_open_files(server: LocalTritonSer
     files, threads = len(os.listdir("/proc/self/fd")), threading.active_count()
     for _ in range(4):
         cycle()
+    # A leak stays; gRPC closes a channel's sockets a moment after close() returns.
+    deadline = time.monotonic() + 10
+    while len(os.listdir("/proc/self/fd")) > files and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert len(os.listdir("/proc/self/fd")) <= files
     assert threading.active_count() <= threads
