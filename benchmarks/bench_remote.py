@@ -13,7 +13,10 @@ A path is one entry of ``W1_PATHS`` / ``W2_PATHS``: a function taking the run's 
 ``(call, close)``; another backend (the in-process ``triton`` one, say) joins with one more entry.
 
     .venv/bin/python benchmarks/bench_remote.py [--rounds 7] [--repeats 5] [--sizes 64 128 160] [--w2-rounds 3]
-        [--paths LABEL ...]
+        [--paths LABEL ...] [--baseline DIR]
+
+``--baseline DIR`` puts another commit's remote backend in the same run (``git archive REV monai_triton_ops |
+tar -x -C DIR``), so a change to the request path is measured side by side with what it replaced.
 """
 
 from __future__ import annotations
@@ -168,6 +171,37 @@ W1_PATHS: dict[str, Path_] = {
 }
 
 
+def baseline_paths(tree: Path) -> dict[str, Path_]:
+    """The remote backend of another commit, side by side with this one in the same run.
+
+    Its package is copied under another name (``mto_baseline``; the package imports itself relatively) and its
+    ``RemoteBackend`` is made directly, past the registry, whose targets name this checkout's modules.
+    """
+    import importlib
+    import shutil
+
+    folder = Path(tempfile.mkdtemp(prefix="bench-baseline-"))
+    shutil.copytree(tree / "monai_triton_ops", folder / "mto_baseline")
+    sys.path.insert(0, str(folder))
+    backend = importlib.import_module("mto_baseline.backends.remote.backend")
+    options = importlib.import_module("mto_baseline.backends.remote.options")
+
+    def make(url: Callable[[Bench], str]) -> Path_:
+        def open_(bench: Bench) -> tuple[Call, Callable[[], None]]:
+            model = backend.RemoteBackend(
+                "identity", urls=(url(bench),), options=options.RemoteOptions(timeout_s=TIMEOUT_S)
+            )
+            model.open()
+            return (lambda x: model.infer({"INPUT__0": x})), model.close
+
+        return open_
+
+    return {
+        "baseline auto (gRPC, shm)": make(lambda b: b.identity.grpc_url),
+        "baseline auto (HTTP, shm)": make(lambda b: b.identity.http_url),
+    }
+
+
 # -- W2 paths -------------------------------------------------------------------------------------
 def _sample_run(spec: str, **options: Any) -> Path_:
     def make(bench: Bench) -> tuple[Call, Callable[[], None]]:
@@ -203,32 +237,46 @@ W2_PATHS: dict[str, Path_] = {
 #: Paths too slow to repeat within a round (seconds per call): timed once per round.
 ONCE_PER_ROUND = frozenset({"App SDK TritonRemoteModel"})
 Times = dict[str, list[list[float]]]  # label -> per round, the ms of each call
+#: label -> per round, this process's CPU time per call in us (every thread; the server's processes not included)
+Cpu = dict[str, list[float]]
 
 
-def interleaved(paths: dict[str, Call], data: Any, rounds: int, repeats: int = 1) -> Times:
-    """Every round runs each path in turn (``repeats`` calls each, once for the slow ones), after a warm-up."""
+def interleaved(paths: dict[str, Call], data: Any, rounds: int, repeats: int = 1) -> tuple[Times, Cpu]:
+    """Every round runs each path in turn (``repeats`` calls each, once for the slow ones), after a warm-up.
+
+    Besides each call's wall time, the client's CPU time per call: on a machine shared with other work the
+    wall time swings with their load, the CPU a path costs the client much less.
+    """
     for call in paths.values():
         call(data)
     times: Times = {label: [] for label in paths}
+    cpu: Cpu = {label: [] for label in paths}
     for _ in range(rounds):
         for label, call in paths.items():
             calls = []
+            cpu_start = time.process_time()
             for _ in range(1 if label in ONCE_PER_ROUND else repeats):
                 start = time.perf_counter()
                 call(data)
                 calls.append((time.perf_counter() - start) * 1000)
+            cpu[label].append((time.process_time() - cpu_start) * 1e6 / len(calls))
             times[label].append(calls)
-    return times
+    return times, cpu
 
 
 def median(times: Times, label: str) -> float:
     return statistics.median(t for calls in times[label] for t in calls)
 
 
-def ratio(times: Times, label: str, base: str) -> float:
-    """Median over rounds of (this path's median / the base's median) in the same round: load hits both alike."""
+def round_ratios(times: Times, label: str, base: str) -> list[float]:
+    """Per round: this path's median / the base's median in the same round (load hits both alike)."""
     rounds = zip(times[label], times[base], strict=True)
-    return statistics.median(statistics.median(a) / statistics.median(b) for a, b in rounds)
+    return [statistics.median(a) / statistics.median(b) for a, b in rounds]
+
+
+def ratio(times: Times, label: str, base: str) -> float:
+    """Median over rounds of :func:`round_ratios`."""
+    return statistics.median(round_ratios(times, label, base))
 
 
 def _open(entries: dict[str, Path_], bench: Bench) -> dict[str, Call]:
@@ -253,10 +301,17 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 128, 160])
     parser.add_argument("--w2-rounds", type=int, default=3, help="0 skips W2")
     parser.add_argument("--paths", nargs="+", help="W1 paths to run (labels; default all)")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another commit's tree (git archive REV | tar -x -C DIR): its remote backend joins W1 as 'baseline'",
+    )
     args = parser.parse_args()
     repo = Path(tempfile.mkdtemp(prefix="bench-remote-")) / "repo"
     triton_models.identity(repo, "identity")
     entries = {k: v for k, v in W1_PATHS.items() if not args.paths or k in args.paths}
+    if args.baseline is not None:
+        entries.update(baseline_paths(args.baseline))
     with LocalTritonServer(repo) as identity, LocalTritonServer(REPO) as sample:
         bench = Bench(identity, sample, max_bytes=4 * max(args.sizes) ** 3, identity_repo=repo)
         try:
@@ -264,8 +319,8 @@ def main() -> None:
             rows = []
             for size in args.sizes:
                 x = np.random.default_rng(0).standard_normal((1, 1, size, size, size)).astype(np.float32)
-                rows.append((size, interleaved(w1, x, args.rounds, args.repeats)))
-            w2 = interleaved(_open(W2_PATHS, bench), _mni_image(), args.w2_rounds) if args.w2_rounds else None
+                rows.append((size, *interleaved(w1, x, args.rounds, args.repeats)))
+            w2 = interleaved(_open(W2_PATHS, bench), _mni_image(), args.w2_rounds)[0] if args.w2_rounds else None
         finally:
             for close in bench.closers:
                 close()
@@ -276,6 +331,12 @@ def main() -> None:
 W1_RATIOS = [
     ("this backend auto (gRPC, shm)", "tritonclient gRPC + system shm"),
     ("this backend auto (HTTP, shm)", "tritonclient gRPC + system shm"),
+    ("this backend gRPC", "tritonclient gRPC"),
+    ("baseline auto (gRPC, shm)", "tritonclient gRPC + system shm"),
+    ("baseline auto (HTTP, shm)", "tritonclient gRPC + system shm"),
+    ("this backend auto (gRPC, shm)", "baseline auto (gRPC, shm)"),
+    ("this backend auto (HTTP, shm)", "baseline auto (HTTP, shm)"),
+    ("this backend HTTP", "tritonclient HTTP binary"),
     ("App SDK TritonRemoteModel", "this backend auto (gRPC, shm)"),
     ("in-process triton backend", "this backend auto (gRPC, shm)"),
     ("in-process triton backend", "this backend auto (HTTP, shm)"),
@@ -283,24 +344,44 @@ W1_RATIOS = [
 ]
 
 
-def report(rows: list[tuple[int, Times]], w2: Times | None, args: argparse.Namespace) -> None:
+#: The path the client CPU table measures every other against.
+CPU_BASE = "tritonclient gRPC + system shm"
+
+
+def report(rows: list[tuple[int, Times, Cpu]], w2: Times | None, args: argparse.Namespace) -> None:
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the end")
     print(
         f"\nW1: median ms per request, {args.rounds} interleaved rounds of {args.repeats} calls per path "
         f"(1 for {', '.join(sorted(ONCE_PER_ROUND))}) after one warm-up\n"
     )
     labels = list(rows[0][1])
-    print("| path | " + " | ".join(f"1x1x{size}^3" for size, _ in rows) + " |")
+    print("| path | " + " | ".join(f"1x1x{size}^3" for size, _, _ in rows) + " |")
     print("|---|" + "---:|" * len(rows))
     for label in labels:
-        print(f"| {label} | " + " | ".join(f"{median(times, label):.2f}" for _, times in rows) + " |")
+        print(f"| {label} | " + " | ".join(f"{median(times, label):.2f}" for _, times, _ in rows) + " |")
     pairs = [(a, b) for a, b in W1_RATIOS if a in labels and b in labels]
     if pairs:
         print("\nPer-round ratios (median over rounds of a / b in the same round):\n")
-        print("| a | b | " + " | ".join(f"1x1x{size}^3" for size, _ in rows) + " |")
+        print("| a | b | " + " | ".join(f"1x1x{size}^3" for size, _, _ in rows) + " |")
         print("|---|---|" + "---:|" * len(rows))
         for a, b in pairs:
-            print(f"| {a} | {b} | " + " | ".join(f"{ratio(times, a, b):.2f}" for _, times in rows) + " |")
+            print(f"| {a} | {b} | " + " | ".join(f"{ratio(times, a, b):.2f}" for _, times, _ in rows) + " |")
+        print("\nPer-round ratios of each round (a / b), the spread behind the medians above:\n")
+        for size, times, _ in rows:
+            for a, b in pairs:
+                spread = " ".join(f"{x:.2f}" for x in round_ratios(times, a, b))
+                print(f"- 1x1x{size}^3 {a} / {b}: {spread}")
+    base = CPU_BASE if CPU_BASE in labels else labels[0]
+    print("\nClient CPU per request, us (this process, every thread; median over rounds), and its excess over")
+    print(f"{base} in the same round:\n")
+    print("| path | " + " | ".join(f"1x1x{size}^3 | excess" for size, _, _ in rows) + " |")
+    print("|---|" + "---:|---:|" * len(rows))
+    for label in labels:
+        cells = []
+        for _, _, cpu in rows:
+            excess = statistics.median(c - b for c, b in zip(cpu[label], cpu[base], strict=True))
+            cells.append(f"{statistics.median(cpu[label]):.0f} | {excess:+.0f}")
+        print(f"| {label} | " + " | ".join(cells) + " |")
     if w2 is None:
         return
     base = "in-process TorchScript"

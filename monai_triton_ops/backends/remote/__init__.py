@@ -1,11 +1,21 @@
 """The remote Triton backend (``grpc://``, ``grpcs://``, ``http://``, ``https://``), one module per concern.
 
-backend.py         RemoteBackend: open (readiness, signature, shared memory choice), submit, close
-calls.py           one request: where its tensors go, attempts and retries, results copied out once
-grpc_transport.py  tritonclient gRPC, async API, a deadline on every call
-http_transport.py  tritonclient HTTP, one client per worker thread (gevent is not thread-safe)
-shm.py, pool.py    system shared memory regions: naming, cleanup at close/exit/SIGTERM/fork; slots
-server_model.py    readiness within one deadline, signature from the server's config
+A request, from the base's ``submit()`` to the wire, passes four of them (``docs/remote.md``):
+
+backend.py         RemoteBackend: open (readiness, signature, shared memory choice); per request, on a worker,
+                   the attempt loop bounded by the deadline; close
+exchange.py        one attempt: where its tensors go (slot or body), the blocking call, outputs (leased views)
+grpc_transport.py  tritonclient gRPC: one thread-safe client, blocking calls, a deadline on each
+http_transport.py  tritonclient HTTP: one client per worker thread (gevent is not thread-safe)
+
+and around them:
+
+workers.py         the one worker pool: threads that run whole requests and own per-thread clients
+transport.py       the neutral transport interface, and the request builder both protocols share
+endpoints.py       where the servers are (Endpoint), how to reach them (TransportSettings, connect)
+shm.py, pool.py    system shared memory regions: naming, cleanup at close/exit/SIGTERM/fork; slots and leases
+janitor.py         a watcher process that cleans up the regions of a client that died
+server_model.py    readiness within one deadline, the signature from the server's config
 translate.py       tritonclient errors -> status -> this package's errors, by status code
 retry.py           bounded exponential backoff inside the deadline
 options.py         RemoteOptions

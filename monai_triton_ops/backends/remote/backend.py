@@ -1,19 +1,24 @@
 """``RemoteBackend``: a model served by a Triton server, over gRPC or HTTP (``grpc://``, ``http://``, TLS variants).
 
 Open: wait for the server and the model within ``ready_timeout_s``, read the signature (MONAI
-metadata included) from the server's model config, compare with a local ``config.pbtxt`` when the
-caller's repository has one, and, when tensors go through shared memory, register a first region
-(so a server that refuses client shared memory is found at open: ``auto`` falls back to the wire
-with one warning, ``system`` fails).
+metadata included) from the server, compare it with a local ``config.pbtxt`` when the caller's
+repository has one, and, when tensors go through shared memory, register a first region (so a server
+that refuses client shared memory is found at open: ``auto`` falls back to the wire with one warning,
+``system`` fails).
 
-Requests: asynchronous (``_submit``): gRPC's async API, or HTTP worker threads that each own a
-client; the base keeps at most ``max_in_flight`` outstanding. See ``calls.py`` for one request's
-attempts and ``pool.py`` for the shared memory slots.
+A request, from the base's ``submit()`` to the wire (``docs/remote.md`` draws it):
+
+    _submit(request)                        queue put on the worker pool (workers.py): never blocks
+    _run(ticket)       on a worker thread:  the attempt loop below, bounded by the request's deadline
+      exchange.send(transport, request)     one attempt: slot or body, one blocking call, outputs (exchange.py)
+        transport.infer(...)                tritonclient, a deadline on the call (grpc_/http_transport.py)
+
+One pool, one future per request (the pool's), retries as a plain loop on the worker: a transient
+error waits its backoff there (ended early by a cancel) and tries again while the deadline allows.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import threading
@@ -22,30 +27,54 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from ...errors import BackendStateError, BackendUnavailableError, ConfigError
 from ...signature import ModelSignature
 from ..base import ArrayLike, BaseBackend, InferRequest
 from ..options import BackendOptions
 from . import shm
-from .calls import Call, Context, OutputSizes
+from .endpoints import Endpoint, TransportSettings, connect
+from .exchange import Exchange, Outputs
 from .options import RemoteOptions
 from .pool import RegionPool
 from .retry import Backoff
 from .server_model import check_local_config, read_signature, wait_until_ready
-from .translate import CallError, to_public
+from .translate import CallError, Status, to_public
 from .transport import Transport
+from .workers import Workers
 
 logger = logging.getLogger(__name__)
 
-_LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
-#: Deadline of the control calls made at open (metadata, config, the first registration).
+#: Deadline of the control calls made at open and close (metadata, config, registrations).
 _CONTROL_TIMEOUT_S = 10.0
+#: How long ``close()`` waits for each worker thread to end once its last call has.
+_JOIN_TIMEOUT_S = 5.0
+
+
+class _Ticket:
+    """One request handed to the pool; ``cancel()`` stops its attempts and ends a backoff wait at once."""
+
+    __slots__ = ("_wake", "cancelled", "request")
+
+    def __init__(self, request: InferRequest) -> None:
+        self.request = request
+        self.cancelled = False
+        self._wake: threading.Event | None = None
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self._wake is not None:
+            self._wake.set()
+
+    def sleep(self, seconds: float) -> None:
+        """A retry's backoff, on the worker thread (no timer thread), cut short by ``cancel()``."""
+        self._wake = threading.Event()
+        if not self.cancelled:
+            self._wake.wait(seconds)
 
 
 class RemoteBackend(BaseBackend):
-    """One model on one Triton server; thread-safe; see the module docstring and ``docs/remote.md``."""
+    """One model on a Triton server; thread-safe; see the module docstring and ``docs/remote.md``."""
 
     kind = "remote"
     options_type = RemoteOptions
@@ -60,21 +89,21 @@ class RemoteBackend(BaseBackend):
         options: BackendOptions | None = None,
     ) -> None:
         super().__init__(model_name, model_repository=model_repository, version=version, urls=urls, options=options)
-        if not self.urls:
+        self.endpoints = tuple(Endpoint.parse(url) for url in self.urls)
+        if not self.endpoints:
             raise ConfigError(f"model {model_name!r}: a remote backend needs a server URL, e.g. grpc://HOST:8001")
-        if len(self.urls) > 1:
+        if len(self.endpoints) > 1:
             raise ConfigError(
                 f"model {model_name!r}: several servers {list(self.urls)} (failover) are not supported yet; give one"
             )
-        self.url = self.urls[0]
-        parts = urlsplit(self.url)
-        self.scheme = parts.scheme
-        self.host = parts.hostname or ""
-        self.port = parts.port
+        self.url = self.endpoints[0].url
+        options = self.remote_options
+        self._backoff = Backoff(retries=options.retries, base_s=options.backoff_s, cap_s=options.max_backoff_s)
+        self._workers: Workers | None = None
         self._transport: Transport | None = None
-        self._context: Context | None = None
-        self._requests: dict[int, Call] = {}
-        self._calls_lock = threading.Lock()
+        self._exchange: Exchange | None = None
+        self._tickets: dict[int, _Ticket] = {}
+        self._tickets_lock = threading.Lock()
         self._pid = os.getpid()
 
     @property
@@ -86,7 +115,8 @@ class RemoteBackend(BaseBackend):
     @property
     def shared_memory(self) -> str:
         """How tensors travel now: ``system`` or ``none`` (``auto`` resolved at open)."""
-        return "system" if self._context is not None and self._context.pool is not None else "none"
+        exchange = self._exchange
+        return "system" if exchange is not None and exchange.pool is not None else "none"
 
     def __repr__(self) -> str:
         return f"RemoteBackend(model={self.model_name!r}, url={self.url!r}, state={self._state.value})"
@@ -94,56 +124,25 @@ class RemoteBackend(BaseBackend):
     # -- open ---------------------------------------------------------------------------------------
     def _open(self) -> ModelSignature:
         options = self.remote_options
-        transport = self._make_transport(options)
+        settings = TransportSettings.from_options(options)
+        workers = Workers(f"remote-{self.model_name}", options.max_in_flight)
+        transport: Transport | None = None
         try:
+            transport = connect(self.endpoints[0], settings, workers)
             wait_until_ready(transport, self.model_name, self.version, timeout_s=options.ready_timeout_s)
             signature = read_signature(transport, self.model_name, self.version, timeout_s=_CONTROL_TIMEOUT_S)
             check_local_config(signature, self.model_repository, url=self.url)
             pool = self._make_pool(transport, options)
         except BaseException:
-            transport.close()
+            if transport is not None:
+                transport.close()
+            workers.stop(join_timeout_s=_JOIN_TIMEOUT_S)
             raise
-        self._transport = transport
-        self._context = Context(
-            transport=transport,
-            signature=signature,
-            version="" if self.version is None else str(self.version),
-            pool=pool,
-            sizes=OutputSizes(),
-            backoff=Backoff(retries=options.retries, base_s=options.backoff_s, cap_s=options.max_backoff_s),
-            default_timeout_s=float(options.timeout_s or 0) or 120.0,
-            fallback=options.shared_memory == "auto",
-            started=self._started,
-            ended=self._ended,
-        )
+        self._workers, self._transport = workers, transport
+        version = "" if self.version is None else str(self.version)
+        self._exchange = Exchange(signature, version, pool, fallback=options.shared_memory == "auto")
         logger.info("%r: tensors via %s", self, "system shared memory" if pool else "the request body")
         return signature
-
-    def _make_transport(self, options: RemoteOptions) -> Transport:
-        address = f"{self.host}:{self.port}" if ":" not in self.host else f"[{self.host}]:{self.port}"
-        tls = self.scheme in ("grpcs", "https")
-        try:
-            if self.scheme in ("grpc", "grpcs"):
-                from .grpc_transport import GrpcTransport
-
-                certificates = _read_pem(options.root_certificates)
-                compression = None if options.compression == "none" else options.compression
-                return GrpcTransport(
-                    address,
-                    url=self.url,
-                    ssl=tls,
-                    root_certificates=certificates,
-                    compression=compression,
-                    keepalive_s=options.keepalive_s,
-                    workers=options.max_in_flight,
-                )
-            from .http_transport import HttpTransport
-
-            return HttpTransport(address, url=self.url, workers=options.max_in_flight, ssl=tls)
-        except ImportError as exc:
-            raise BackendUnavailableError(
-                f"{self.url}: tritonclient is missing ({exc}); pip install 'tritonclient[grpc,http]'"
-            ) from exc
 
     def _make_pool(self, transport: Transport, options: RemoteOptions) -> RegionPool | None:
         mode = options.shared_memory
@@ -152,7 +151,7 @@ class RemoteBackend(BaseBackend):
                 f"{self.url}: shared_memory=cuda needs a GPU and cuda-python; it is not supported by this build yet "
                 "(use auto, system or none)"
             )
-        if mode == "none" or (mode == "auto" and not is_loopback(self.host)):
+        if mode == "none" or (mode == "auto" and not self.endpoints[0].is_loopback):
             return None
         shm.remove_stale_regions(lambda name: transport.unregister_system_shm(name, timeout_s=1.0))
         pool = RegionPool(transport, max_slots=options.max_in_flight + 4)
@@ -177,38 +176,82 @@ class RemoteBackend(BaseBackend):
 
     # -- requests -----------------------------------------------------------------------------------
     def _submit(self, request: InferRequest) -> Future[Mapping[str, ArrayLike]]:
+        """Hand the request to a worker; never blocks (shared memory and the network are the worker's)."""
         if os.getpid() != self._pid:
             raise BackendStateError(
                 f"{self!r} was opened in process {self._pid}; after fork() open a new backend in this process"
             )
-        context = self._context
-        if context is None:
+        workers = self._workers
+        if workers is None:
             raise BackendStateError(f"{self!r}: not open")
-        return Call(context, request).start()
+        ticket = _Ticket(request)
+        with self._tickets_lock:
+            self._tickets[id(request)] = ticket
+        try:
+            return workers.submit(self._run, ticket)
+        except BaseException:  # closing: _run will never drop it
+            with self._tickets_lock:
+                self._tickets.pop(id(request), None)
+            raise
 
-    def _started(self, call: Call) -> None:
-        with self._calls_lock:
-            self._requests[id(call.request)] = call
+    def _run(self, ticket: _Ticket) -> Outputs:
+        """One request on a worker thread: attempts in a plain loop, each inside the request's deadline."""
+        request, started = ticket.request, time.monotonic()
+        attempt = 0
+        try:
+            while True:
+                attempt += 1
+                transport = self._transport  # points 2-3: the next healthy endpoint's transport, per attempt
+                exchange = self._exchange
+                try:
+                    if ticket.cancelled or exchange is None or transport is None:
+                        raise CallError(Status.CANCELLED, "cancelled before it was sent")
+                    return exchange.send(transport, request)
+                except CallError as error:
+                    delay = None
+                    if error.transient and not ticket.cancelled:
+                        delay = self._backoff.delay_s(attempt, request.deadline)
+                    if delay is None:
+                        raise self._public(error, request, attempt, time.monotonic() - started) from error
+                    logger.debug("model %r attempt %d: %s; retrying in %.3f s", self.model_name, attempt, error, delay)
+                    ticket.sleep(delay)
+        finally:
+            with self._tickets_lock:
+                self._tickets.pop(id(request), None)
 
-    def _ended(self, call: Call) -> None:
-        with self._calls_lock:
-            self._requests.pop(id(call.request), None)
+    def _public(self, error: CallError, request: InferRequest, attempts: int, waited_s: float) -> Exception:
+        """The caller's error for the last attempt's ``error``: what the status means, and what we know."""
+        exc: Exception = to_public(error, model=self.model_name, url=self.url, waited_s=waited_s)
+        if attempts > 1:
+            exc = type(exc)(f"{exc} (after {attempts} attempts in {waited_s:.3g} s)")
+        signature = self.signature
+        text = [n for n in request.inputs if signature.input(n).dtype == "BYTES"]
+        if text and error.status in (Status.INTERNAL, Status.MODEL_DOWN):  # what we know, not what the message says
+            exc = type(exc)(
+                f"{exc} (the request carried BYTES input(s) {text}; a Python-backend model on Triton 2.51 cannot "
+                "decode BYTES when its stub sees numpy 2)"
+            )
+        return exc
 
     def _cancel(self, request: InferRequest) -> None:
-        with self._calls_lock:
-            call = self._requests.get(id(request))
-        if call is not None:
-            call.cancel()
+        """No further attempt (a call already out ends at its deadline, or when ``close()`` ends the channel)."""
+        with self._tickets_lock:
+            ticket = self._tickets.get(id(request))
+        if ticket is not None:
+            ticket.cancel()
 
     def _close(self) -> None:
-        context, self._context = self._context, None
+        exchange, self._exchange = self._exchange, None
         transport, self._transport = self._transport, None
-        if os.getpid() != self._pid:  # a forked child: the parent's channel and regions are not ours
+        workers, self._workers = self._workers, None
+        if os.getpid() != self._pid:  # a forked child: the parent's channel, threads and regions are not ours
             return
-        if context is not None and context.pool is not None:
-            context.pool.close(time.monotonic() + _CONTROL_TIMEOUT_S)
+        if exchange is not None and exchange.pool is not None:
+            exchange.pool.close(time.monotonic() + _CONTROL_TIMEOUT_S)
         if transport is not None:
             transport.close()
+        if workers is not None:
+            workers.stop(join_timeout_s=_JOIN_TIMEOUT_S)
 
     # -- server information -------------------------------------------------------------------------
     def statistics(self) -> dict[str, Any]:
@@ -231,22 +274,3 @@ class RemoteBackend(BaseBackend):
         except CallError as exc:
             raise to_public(exc, model=self.model_name, url=self.url) from exc
         return [n for n in names if n in set(shm.live_regions())]
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is this machine's loopback (an address literal or a loopback name; no DNS lookup)."""
-    if host.lower() in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def _read_pem(path: Path | None) -> str | None:
-    if path is None:
-        return None
-    try:
-        return Path(path).read_text(encoding="ascii")
-    except OSError as exc:
-        raise ConfigError(f"root_certificates {str(path)!r} cannot be read: {exc}") from exc

@@ -1,31 +1,33 @@
-"""The HTTP transport: one ``tritonclient.http`` client per worker thread, created, used and closed there.
+"""The HTTP transport: one ``tritonclient.http`` client per worker thread, made, used and closed on that thread.
 
 The HTTP client runs on gevent and is not thread-safe ("None of the methods are thread safe"): used
-from two threads, or closed by the garbage collector on another thread, it fails with greenlet errors
-or hangs. So each worker thread owns one client for its whole life and every call, control calls
-included, is a job queued to the workers. The client's own ``network_timeout`` is fixed per client,
-so each call runs under a ``gevent.Timeout`` of the job's own deadline; after a timeout the
+from two threads, or closed on another thread, it fails with greenlet errors, hangs, or leaks its
+sockets and the thread's gevent hub. So every call runs on a worker of the backend's pool
+(``workers.py``) with that worker's own client: inference is already there, and a control call from
+any other thread (open, close, statistics) is handed to a worker and waited for. A worker ending
+closes its client and destroys its hub. The client's own ``network_timeout`` is fixed per client, so
+each call runs under a ``gevent.Timeout`` of its own deadline; after a timeout or a socket error the
 connection may be half-read, and the worker replaces its client.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from typing import Any, TypeVar
 
 import gevent
 import numpy as np
 import tritonclient.http as httpclient
+from gevent._hub_local import get_hub_if_exists
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
+from .endpoints import Endpoint, TransportSettings
 from .translate import CallError, Status, from_http_status, from_os_error
-from .transport import Callback, Cancel, Transport, WireInput, WireOutput, WireResult, Workers, deliver
+from .transport import RequestBuilder, Transport, WireInput, WireOutput, WireResult, refuse_unregister_all
+from .workers import Made, Workers
 
 logger = logging.getLogger(__name__)
 
@@ -33,8 +35,7 @@ T = TypeVar("T")
 Client = Any  # tritonclient.http.InferenceServerClient (untyped)
 #: The client's own socket timeouts; every call runs under a shorter ``gevent.Timeout`` of its deadline.
 _SOCKET_TIMEOUT_S = 3600.0
-#: Extra wait for a control call's job to be picked up by a worker busy with an inference.
-_QUEUE_GRACE_S = 1.0
+_BINARY = {"binary_data": True}
 
 
 class _Deadline(Exception):
@@ -53,117 +54,47 @@ def _translate(exc: BaseException) -> CallError:
     return CallError(Status.INTERNAL, f"{type(exc).__name__}: {exc}")
 
 
-class _Job:
-    """One call for a worker: ``fn(client)`` under the deadline, its outcome to ``done(result, error)``."""
-
-    def __init__(
-        self, fn: Callable[[Client], Any], deadline: float, done: Callable[[Any, CallError | None], None]
-    ) -> None:
-        self.fn = fn
-        self.deadline = deadline
-        self.done = done
-
-    def run(self, client: Client) -> bool:
-        """Run; returns whether the client must be replaced (a call cut short may leave the socket mid-message)."""
-        remaining = self.deadline - time.monotonic()
-        if remaining <= 0:
-            deliver(self.done, None, CallError(Status.DEADLINE, "the deadline passed before the call could start"))
-            return False
-        broken = False
-        try:
-            with gevent.Timeout(remaining, _Deadline):
-                result = self.fn(client)
-        except Exception as exc:  # every failure reaches the caller as a CallError, never this thread
-            broken = isinstance(exc, _Deadline | OSError)
-            deliver(self.done, None, _translate(exc))
-        else:
-            deliver(self.done, result, None)
-        return broken
+def _destroy_hub() -> None:
+    """A worker's gevent hub (its loop's file descriptors) goes with the worker."""
+    hub = get_hub_if_exists()
+    if hub is not None:
+        hub.destroy(destroy_loop=True)
 
 
 class HttpTransport(Transport):
     protocol = "http"
 
-    def __init__(self, address: str, *, url: str, workers: int, ssl: bool = False) -> None:
-        self.url = url
-        self._address = address
-        self._ssl = ssl
-        self._local = threading.local()  # a worker's own client, for calls made from its callbacks
-        self._workers: Workers[_Job] = Workers("triton-http", workers, self._work)
+    def __init__(self, endpoint: Endpoint, settings: TransportSettings, workers: Workers) -> None:
+        self.url = endpoint.url
+        self._requests = RequestBuilder(httpclient, binary=_BINARY)
+        self._address = endpoint.address
+        self._ssl = endpoint.tls
+        self._workers = workers
+        workers.at_thread_exit(_destroy_hub)
 
-    def _client(self) -> Client:
-        return httpclient.InferenceServerClient(
-            self._address,
-            ssl=self._ssl,
-            connection_timeout=_SOCKET_TIMEOUT_S,
-            network_timeout=_SOCKET_TIMEOUT_S,
+    def _new_client(self) -> Made[Client]:
+        client = httpclient.InferenceServerClient(
+            self._address, ssl=self._ssl, connection_timeout=_SOCKET_TIMEOUT_S, network_timeout=_SOCKET_TIMEOUT_S
         )
+        return client, client.close
 
-    def _work(self, workers: Workers[_Job]) -> None:
-        client = self._local.client = self._client()
+    def _run(self, fn: Callable[[Client], T], timeout_s: float) -> T:
+        """``fn(client)`` with this worker's client, under the deadline (on a worker thread)."""
+        if timeout_s <= 0:
+            raise CallError(Status.DEADLINE, "the deadline passed before the call could start")
+        client = self._workers.local(self, self._new_client)
         try:
-            for job in workers.jobs():
-                if job.run(client):
-                    client.close()
-                    client = self._local.client = self._client()
-        finally:
-            client.close()
+            with gevent.Timeout(timeout_s, _Deadline):
+                return fn(client)
+        except Exception as exc:  # every failure leaves as a CallError
+            if isinstance(exc, _Deadline | OSError):  # the socket may be mid-message: a new client next time
+                self._workers.discard(self)
+            raise _translate(exc) from exc
 
-    def _submit(
-        self, fn: Callable[[Client], Any], timeout_s: float, done: Callable[[Any, CallError | None], None]
-    ) -> None:
-        self._workers.put(_Job(fn, time.monotonic() + timeout_s, done))
+    def _control(self, fn: Callable[[Client], T], timeout_s: float) -> T:
+        return self._workers.call(lambda: self._run(fn, timeout_s), timeout_s=timeout_s)
 
-    def _call(self, fn: Callable[[Client], T], timeout_s: float) -> T:
-        future: Future[T] = Future()
-
-        def done(result: Any, error: CallError | None) -> None:
-            if error is not None:
-                future.set_exception(error)
-            else:
-                future.set_result(result)
-
-        own = getattr(self._local, "client", None)
-        if own is not None:  # called from a worker's callback: queuing would wait for this very thread
-            _Job(fn, time.monotonic() + timeout_s, done).run(own)
-            return future.result()
-        self._submit(fn, timeout_s, done)
-        try:
-            return future.result(timeout=timeout_s + _QUEUE_GRACE_S)
-        except TimeoutError:
-            raise CallError(Status.DEADLINE, f"no worker answered within {timeout_s:.3g} s") from None
-
-    # -- control calls ----------------------------------------------------------------------------
-    def is_model_ready(self, model: str, version: str, *, timeout_s: float) -> bool:
-        return bool(self._call(lambda c: c.is_model_ready(model, version), timeout_s))
-
-    def model_metadata(self, model: str, version: str, *, timeout_s: float) -> dict[str, Any]:
-        return dict(self._call(lambda c: c.get_model_metadata(model, version), timeout_s))
-
-    def model_config(self, model: str, version: str, *, timeout_s: float) -> pb.ModelConfig:
-        raw = self._call(lambda c: c.get_model_config(model, version), timeout_s)
-        return json_format.ParseDict(raw, pb.ModelConfig(), ignore_unknown_fields=True)
-
-    def repository_index(self, *, timeout_s: float) -> list[dict[str, Any]]:
-        return [dict(m) for m in self._call(lambda c: c.get_model_repository_index(), timeout_s)]
-
-    def statistics(self, model: str, *, timeout_s: float) -> dict[str, Any]:
-        return dict(self._call(lambda c: c.get_inference_statistics(model), timeout_s))
-
-    def register_system_shm(self, name: str, key: str, byte_size: int, *, timeout_s: float) -> None:
-        self._call(lambda c: c.register_system_shared_memory(name, key, byte_size, offset=0), timeout_s)
-
-    def unregister_system_shm(self, name: str, *, timeout_s: float) -> None:
-        if not name:  # an empty name unregisters every client's regions
-            raise ValueError("refusing to unregister all shared memory regions")
-        self._call(lambda c: c.unregister_system_shared_memory(name), timeout_s)
-
-    def system_shm_names(self, *, timeout_s: float) -> list[str]:
-        regions = self._call(lambda c: c.get_system_shared_memory_status(), timeout_s)
-        return sorted(str(r["name"]) for r in regions)
-
-    # -- inference --------------------------------------------------------------------------------
-    def infer_async(
+    def infer(
         self,
         model: str,
         version: str,
@@ -171,30 +102,41 @@ class HttpTransport(Transport):
         outputs: Sequence[WireOutput],
         *,
         timeout_s: float,
-        callback: Callback,
-    ) -> Cancel:
-        def call(client: Client) -> WireResult:
-            result = client.infer(
-                model,
-                [_infer_input(i) for i in inputs],
-                model_version=version,
-                outputs=[_requested_output(o) for o in outputs],
-            )
-            return _HttpResult(result)
+    ) -> WireResult:
+        tensors, requested = self._requests.build(inputs, outputs)
+        result = self._control(lambda c: c.infer(model, tensors, model_version=version, outputs=requested), timeout_s)
+        return _HttpResult(result)
 
-        self._submit(call, timeout_s, callback)
-        return _NoCancel()
+    # -- control calls ----------------------------------------------------------------------------
+    def is_model_ready(self, model: str, version: str, *, timeout_s: float) -> bool:
+        return bool(self._control(lambda c: c.is_model_ready(model, version), timeout_s))
+
+    def model_metadata(self, model: str, version: str, *, timeout_s: float) -> dict[str, Any]:
+        return dict(self._control(lambda c: c.get_model_metadata(model, version), timeout_s))
+
+    def model_config(self, model: str, version: str, *, timeout_s: float) -> pb.ModelConfig:
+        raw = self._control(lambda c: c.get_model_config(model, version), timeout_s)
+        return json_format.ParseDict(raw, pb.ModelConfig(), ignore_unknown_fields=True)
+
+    def repository_index(self, *, timeout_s: float) -> list[dict[str, Any]]:
+        return [dict(m) for m in self._control(lambda c: c.get_model_repository_index(), timeout_s)]
+
+    def statistics(self, model: str, *, timeout_s: float) -> dict[str, Any]:
+        return dict(self._control(lambda c: c.get_inference_statistics(model), timeout_s))
+
+    def register_system_shm(self, name: str, key: str, byte_size: int, *, timeout_s: float) -> None:
+        self._control(lambda c: c.register_system_shared_memory(name, key, byte_size, offset=0), timeout_s)
+
+    def unregister_system_shm(self, name: str, *, timeout_s: float) -> None:
+        refuse_unregister_all(name)
+        self._control(lambda c: c.unregister_system_shared_memory(name), timeout_s)
+
+    def system_shm_names(self, *, timeout_s: float) -> list[str]:
+        regions = self._control(lambda c: c.get_system_shared_memory_status(), timeout_s)
+        return sorted(str(r["name"]) for r in regions)
 
     def close(self) -> None:
-        """Stop the workers after the jobs queued so far; each closes its own client."""
-        self._workers.stop(join_timeout_s=_QUEUE_GRACE_S * 5)
-
-
-class _NoCancel(Cancel):
-    """An HTTP call cannot be withdrawn; its worker stops waiting at the job's deadline."""
-
-    def cancel(self) -> None:
-        pass
+        """Nothing to do here: each worker closes its own client as it ends (``Workers.stop``)."""
 
 
 class _HttpResult(WireResult):
@@ -218,19 +160,3 @@ class _HttpResult(WireResult):
         if array is None:
             raise CallError(Status.INTERNAL, f"the response carries no data for output {name!r}")
         return np.asarray(array)
-
-
-def _infer_input(spec: WireInput) -> httpclient.InferInput:
-    tensor = httpclient.InferInput(spec.name, list(spec.shape), spec.datatype)
-    if spec.shm is not None:
-        tensor.set_shared_memory(spec.shm.region, spec.shm.byte_size, spec.shm.offset)
-    elif spec.data is not None:
-        tensor.set_data_from_numpy(spec.data, binary_data=True)
-    return tensor
-
-
-def _requested_output(spec: WireOutput) -> httpclient.InferRequestedOutput:
-    output = httpclient.InferRequestedOutput(spec.name, binary_data=spec.shm is None)
-    if spec.shm is not None:
-        output.set_shared_memory(spec.shm.region, spec.shm.byte_size, spec.shm.offset)
-    return output

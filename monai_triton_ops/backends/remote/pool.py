@@ -13,13 +13,16 @@ gives it back). Sliding windows drop each output once blended, so slots come bac
 that keeps many outputs is served copies once the leased bytes pass ``LEASE_CAP_BYTES``.
 
 A request that ended without its response (deadline, cancel, connection lost) may still be read
-or written by the server, so its slot is never reused: it is *quarantined* and a timer retries
-unregistering it until the server lets go (2.51 refuses "currently in use"); then it is unlinked.
+or written by the server, so its slot is never reused: it is *quarantined*, and unregistering it is
+tried at once and then again (at most every ``_REAP_INTERVAL_S``) whenever a worker takes a slot,
+until the server lets go (2.51 refuses "currently in use"); then it is unlinked. No timer thread:
+the workers that make requests do it, and ``close()`` retires what is left.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 import weakref
@@ -81,10 +84,13 @@ class RegionPool:
         self._returned: deque[Slot] = deque()  # filled by finalisers on any thread; drained under the lock
         self._closed = False
         self._finished = False
+        self._retiring = False  # a worker is trying the quarantined slots now
+        self._retry_at = 0.0  # not before this time.monotonic() again
         self.registrations = 0  # how many regions were registered (tests and logs read it)
 
     def acquire(self, byte_size: int) -> Slot:
         """A slot whose region holds ``byte_size`` bytes, registered; grows a free slot if needed."""
+        self._retire_quarantined()
         with self._lock:
             if self._closed:
                 raise CallError(Status.CANCELLED, "the backend is closing")
@@ -141,7 +147,7 @@ class RegionPool:
         assert region is not None  # noqa: S101 - a slot with outputs has a region
         arrays = []
         for dtype, shape, offset in views:
-            count = int(np.prod(shape, dtype=np.int64))
+            count = math.prod(shape)
             base = np.frombuffer(region.buffer, dtype=dtype, count=count, offset=offset)
             weakref.finalize(base, self._returned.append, slot)  # every view of it keeps ``base`` alive
             arrays.append(base.reshape(shape))
@@ -184,19 +190,22 @@ class RegionPool:
             if not self._try_retire(slot) and slot.region is not None:
                 slot.region.close(unregister=False)
             return
-        self._schedule_reap(slot)
+        self._retire_quarantined()  # the server often lets go at once (a refused or queue-full request)
 
-    def _schedule_reap(self, slot: Slot) -> None:
-        timer = threading.Timer(_REAP_INTERVAL_S, self._reap, args=(slot,))
-        timer.daemon = True
-        timer.start()
-
-    def _reap(self, slot: Slot) -> None:
+    def _retire_quarantined(self) -> None:
+        """Try to unregister the quarantined slots, on the calling worker, at most every ``_REAP_INTERVAL_S``."""
         with self._lock:
-            if self._closed:  # close() retires what is left, within its deadline
+            if self._closed or self._retiring or not self._quarantined or time.monotonic() < self._retry_at:
                 return
-        if not self._try_retire(slot):
-            self._schedule_reap(slot)
+            self._retiring = True
+            pending = list(self._quarantined)
+        try:
+            for slot in pending:
+                self._try_retire(slot)
+        finally:
+            with self._lock:
+                self._retiring = False
+                self._retry_at = time.monotonic() + _REAP_INTERVAL_S
 
     def _try_retire(self, slot: Slot) -> bool:
         """Unregister a quarantined slot's region; on success unlink it. Returns whether it is gone."""

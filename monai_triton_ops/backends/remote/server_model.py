@@ -91,7 +91,11 @@ def _listing(index: Sequence[dict[str, Any]]) -> str:
 
 
 def read_signature(transport: Transport, model: str, version: int | None, *, timeout_s: float) -> ModelSignature:
-    """The served version's signature, MONAI metadata included, from the server's model config."""
+    """The served version's signature, MONAI metadata included, from the server's model config.
+
+    The one place the signature comes from: a server without Triton's model-configuration extension (any Open
+    Inference Protocol server) would be read here from the standard model-metadata endpoint instead.
+    """
     try:
         metadata = transport.model_metadata(model, _version(version), timeout_s=timeout_s)
         config = transport.model_config(model, _version(version), timeout_s=timeout_s)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import math
 import mmap
 import os
 import secrets
@@ -109,7 +110,7 @@ class SystemRegion:
 
     def view(self, dtype: np.dtype[Any], shape: tuple[int, ...], offset: int) -> np.ndarray:
         """A numpy view of the region (valid until close; copy before handing it to anyone)."""
-        items = int(np.prod(shape, dtype=np.int64))
+        items = math.prod(shape)
         return np.frombuffer(self.buffer, dtype=dtype, count=items, offset=offset).reshape(shape)
 
     def write(self, array: np.ndarray, offset: int) -> None:

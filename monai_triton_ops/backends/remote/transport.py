@@ -1,28 +1,25 @@
-"""What the remote backend needs from a protocol, in neutral terms: the gRPC and HTTP transports implement it.
+"""What the remote backend needs from a protocol, in neutral terms; the gRPC and HTTP transports implement it.
 
-A transport is the boundary to ``tritonclient``: every call takes a deadline (``timeout_s``), every
-failure comes out as a :class:`~.translate.CallError` (never a ``tritonclient`` exception), and an
-inference completes through a callback that is called exactly once, on some other thread or in the
-calling thread, never raising into the transport.
+A transport is the boundary to ``tritonclient``: every call blocks the calling thread until an answer
+or its deadline (``timeout_s``), and every failure comes out as a :class:`~.translate.CallError` (never
+a ``tritonclient`` exception). The backend calls ``infer`` on its worker threads; control calls may
+come from any thread.
+
+Both protocols describe a request with the same ``InferInput`` / ``InferRequestedOutput`` shape, so
+:class:`RequestBuilder` builds it for either client module; only the body encoding differs (HTTP
+asks for binary tensors, gRPC always sends raw bytes).
 """
 
 from __future__ import annotations
 
-import logging
-import queue
-import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as pb
-
-from .translate import CallError, Status
-
-logger = logging.getLogger(__name__)
-J = TypeVar("J")
 
 
 @dataclass(frozen=True)
@@ -67,20 +64,23 @@ class WireResult(ABC):
         """The output carried in the response body (may be a read-only view of the response's bytes)."""
 
 
-Callback = Callable[[WireResult | None, CallError | None], None]
-
-
-class Cancel(ABC):
-    @abstractmethod
-    def cancel(self) -> None:
-        """Stop waiting for the call (best effort; the server may still finish its work)."""
-
-
 class Transport(ABC):
     """One server endpoint over one protocol (``protocol`` is ``"grpc"`` or ``"http"``)."""
 
     protocol: str
     url: str
+
+    @abstractmethod
+    def infer(
+        self,
+        model: str,
+        version: str,
+        inputs: Sequence[WireInput],
+        outputs: Sequence[WireOutput],
+        *,
+        timeout_s: float,
+    ) -> WireResult:
+        """Send one request and wait for its answer; a failure or the deadline raises ``CallError``."""
 
     @abstractmethod
     def is_model_ready(self, model: str, version: str, *, timeout_s: float) -> bool: ...
@@ -112,66 +112,62 @@ class Transport(ABC):
         """Names of the system shared memory regions registered on the server (by anyone)."""
 
     @abstractmethod
-    def infer_async(
-        self,
-        model: str,
-        version: str,
-        inputs: Sequence[WireInput],
-        outputs: Sequence[WireOutput],
-        *,
-        timeout_s: float,
-        callback: Callback,
-    ) -> Cancel:
-        """Send one request; ``callback(result, error)`` is called once. Raises ``CallError`` if it cannot be sent."""
-
-    @abstractmethod
     def close(self) -> None:
-        """Release connections and threads; idempotent."""
+        """Release connections; calls still out end at once (gRPC) or at their deadline (HTTP); idempotent."""
 
 
-def deliver(callback: Callable[[Any, CallError | None], None], result: Any, error: CallError | None) -> None:
-    """Hand a call's outcome to its callback on a worker thread: the callback owns its errors, the worker lives on."""
-    try:
-        callback(result, error)
-    except Exception:
-        logger.exception("remote backend completion failed")
+class RequestBuilder:
+    """``tritonclient.grpc`` or ``tritonclient.http`` input and output objects for a request, for either protocol.
 
-
-class Workers(Generic[J]):
-    """The threads that make a transport's blocking calls: ``count`` daemon threads fed from one queue.
-
-    Each thread runs ``work(workers)``, which takes its jobs from ``jobs()`` until ``stop()`` sends it the
-    end; ``put()`` refuses jobs once stopping has begun.
+    ``binary`` goes to the body setters: ``{"binary_data": True}`` for HTTP, ``{}`` for gRPC. The objects of a
+    request whose tensors are all in shared memory depend only on the slot and the shapes, and tritonclient only
+    reads them, so they are kept and reused (a sliding window sends the same few again and again).
     """
 
-    def __init__(self, name: str, count: int, work: Callable[[Workers[J]], None]) -> None:
-        self._queue: queue.SimpleQueue[J | None] = queue.SimpleQueue()
-        self.closed = False
-        self._threads = [
-            threading.Thread(target=work, args=(self,), name=f"{name}-{i}", daemon=True) for i in range(max(1, count))
-        ]
-        for thread in self._threads:
-            thread.start()
+    def __init__(self, client: ModuleType, *, binary: dict[str, Any]) -> None:
+        self._client = client
+        self._binary = binary
+        self._kept: dict[tuple[tuple[WireInput, ...], tuple[WireOutput, ...]], tuple[list[Any], list[Any]]] = {}
 
-    def put(self, job: J) -> None:
-        if self.closed:
-            raise CallError(Status.CANCELLED, "the transport is closed")
-        self._queue.put(job)
+    def build(self, inputs: Sequence[WireInput], outputs: Sequence[WireOutput]) -> tuple[list[Any], list[Any]]:
+        if any(spec.data is not None for spec in inputs):
+            return build_request(self._client, inputs, outputs, binary=self._binary)
+        key = (tuple(inputs), tuple(outputs))
+        built = self._kept.get(key)
+        if built is None:
+            built = build_request(self._client, inputs, outputs, binary=self._binary)
+            if len(self._kept) >= _KEPT_REQUESTS:
+                self._kept.clear()
+            self._kept[key] = built
+        return built
 
-    def jobs(self) -> Iterator[J]:
-        """A worker's jobs, in order, until ``stop()``."""
-        while (job := self._queue.get()) is not None:
-            yield job
 
-    def stop(self, *, join_timeout_s: float, first: Callable[[], None] | None = None) -> None:
-        """Refuse new jobs, run ``first`` (once), let the queued jobs run, wait for the threads; idempotent."""
-        if self.closed:
-            return
-        self.closed = True
-        if first is not None:
-            first()
-        for _ in self._threads:
-            self._queue.put(None)
-        for thread in self._threads:
-            if thread is not threading.current_thread():
-                thread.join(timeout=join_timeout_s)
+#: Shared memory requests whose tritonclient objects are kept (slots x request shapes in use).
+_KEPT_REQUESTS = 256
+
+
+def build_request(
+    client: ModuleType, inputs: Sequence[WireInput], outputs: Sequence[WireOutput], *, binary: dict[str, Any]
+) -> tuple[list[Any], list[Any]]:
+    """``tritonclient.grpc`` or ``tritonclient.http`` input and output objects for one request (see above)."""
+    tensors = []
+    for spec in inputs:
+        tensor = client.InferInput(spec.name, list(spec.shape), spec.datatype)
+        if spec.shm is not None:
+            tensor.set_shared_memory(spec.shm.region, spec.shm.byte_size, spec.shm.offset)
+        elif spec.data is not None:
+            tensor.set_data_from_numpy(spec.data, **binary)
+        tensors.append(tensor)
+    requested = []
+    for out in outputs:
+        output = client.InferRequestedOutput(out.name, **binary)  # shared memory turns binary_data off
+        if out.shm is not None:
+            output.set_shared_memory(out.shm.region, out.shm.byte_size, out.shm.offset)
+        requested.append(output)
+    return tensors, requested
+
+
+def refuse_unregister_all(name: str) -> None:
+    """An empty name unregisters every client's regions on the server: never send one."""
+    if not name:
+        raise ValueError("refusing to unregister all shared memory regions")

@@ -1,0 +1,292 @@
+"""One attempt of one request, on the calling thread: where its tensors go, the blocking call, and its outputs.
+
+Inputs are written into a shared memory slot (or carried in the request body); outputs are written by
+the server into the same slot when their size is known from an earlier response with the same input
+shapes (else they come back in the response body). Outputs in the slot are handed out as views and
+the slot stays leased until the caller drops them (``pool.py``); outputs from the body are copied
+once into buffers lent to the caller (``leases.py``), reused once the caller's arrays are gone.
+
+An output that outgrew its place in the slot (Triton says ``INTERNAL`` for that, as for a model error)
+is sent once more with outputs in the response body, inside the same attempt; no other error is
+handled here: the backend's attempt loop decides on retries.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from ...errors import InferenceError
+from ...signature import ModelSignature, dtype_to_numpy
+from ..leases import BufferPool
+from .pool import PoolExhausted, RegionPool, Slot, aligned
+from .translate import CallError, Status
+from .transport import ShmRef, Transport, WireInput, WireOutput, WireResult
+
+if TYPE_CHECKING:
+    from ..base import InferRequest
+
+logger = logging.getLogger(__name__)
+
+Outputs = dict[str, Any]
+Key = tuple[Any, ...]
+#: Input shapes remembered with the output sizes they produced (bounded: shapes can vary without end).
+_SIZE_MEMORY = 64
+#: Statuses after which the server may still read or write a request's slot.
+_UNFINISHED = frozenset({Status.DEADLINE, Status.CANCELLED, Status.UNAVAILABLE})
+
+
+class OutputSizes:
+    """Bytes each output took for given input shapes: the place reserved for it in the next slot."""
+
+    def __init__(self) -> None:
+        self._sizes: OrderedDict[Key, dict[str, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Key) -> dict[str, int] | None:
+        with self._lock:
+            sizes = self._sizes.get(key)
+            if sizes is not None:
+                self._sizes.move_to_end(key)
+            return sizes
+
+    def learn(self, key: Key, sizes: dict[str, int]) -> bool:
+        """Remember the sizes (the larger of old and new); whether anything changed."""
+        with self._lock:
+            known = self._sizes.get(key)
+            if known is not None and all(known.get(n, -1) >= b for n, b in sizes.items()):
+                return False
+            known = known or {}
+            self._sizes[key] = {n: max(b, known.get(n, 0)) for n, b in sizes.items()}
+            self._sizes.move_to_end(key)
+            while len(self._sizes) > _SIZE_MEMORY:
+                self._sizes.popitem(last=False)
+            return True
+
+
+@dataclass
+class _Plan:
+    inputs: list[WireInput]
+    outputs: list[WireOutput]
+    slot: Slot | None = None
+    reserved: dict[str, ShmRef] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    inputs: tuple[tuple[int, int], ...]  # (offset, bytes) of each input, in order
+    outputs: dict[str, tuple[int, int]]  # (offset, bytes) reserved for outputs of a known size
+    size: int
+
+
+class _Outgrew(Exception):
+    """An output did not fit the place reserved for it in the slot."""
+
+
+class Exchange:
+    """Sends requests of one model; thread-safe (each call uses its own slot)."""
+
+    def __init__(self, signature: ModelSignature, version: str, pool: RegionPool | None, *, fallback: bool) -> None:
+        self.signature = signature
+        self.version = version
+        self.pool = pool
+        #: ``shared_memory=auto``: a slot that cannot be had (``/dev/shm`` full) sends that request in the body.
+        self.fallback = fallback
+        self.sizes = OutputSizes()
+        self._layouts: dict[Key, _Layout] = {}
+        self._buffers = BufferPool()  # outputs from response bodies
+        self._input_types = {spec.name: spec.dtype for spec in signature.inputs}
+        self._output_types = {spec.name: (spec.dtype, dtype_to_numpy(spec.dtype)) for spec in signature.outputs}
+
+    @property
+    def name(self) -> str:
+        return self.signature.name
+
+    def send(self, transport: Transport, request: InferRequest) -> Outputs:
+        """One attempt: the request's outputs, or ``CallError`` (transport or server) / ``InferenceError``."""
+        arrays = {name: to_numpy(value) for name, value in request.inputs.items()}
+        key = tuple((name, array.shape) for name, array in arrays.items()) + request.outputs
+        try:
+            return self._send(transport, request, arrays, key, shm_outputs=True)
+        except _Outgrew:
+            logger.info("model %r: output outgrew its shared memory place; once more via the response body", self.name)
+            return self._send(transport, request, arrays, key, shm_outputs=False)
+
+    def _send(
+        self, transport: Transport, request: InferRequest, arrays: dict[str, np.ndarray], key: Key, *, shm_outputs: bool
+    ) -> Outputs:
+        remaining = request.remaining_s()
+        if remaining is not None and remaining <= 0:
+            raise CallError(Status.DEADLINE, "the deadline passed before the request was sent")
+        plan = self._plan(arrays, request.outputs, key if shm_outputs else None)
+        try:
+            result = transport.infer(
+                self.name, self.version, plan.inputs, plan.outputs, timeout_s=remaining or _NO_DEADLINE_S
+            )
+        except CallError as error:
+            self._free(plan, reuse=error.status not in _UNFINISHED)
+            if error.status is Status.INTERNAL and plan.reserved:
+                raise _Outgrew from error
+            raise
+        except BaseException:
+            self._free(plan, reuse=False)
+            raise
+        try:
+            outputs = self._read(plan, result, request.outputs, key)
+        except BaseException:
+            self._free(plan, reuse=False)
+            raise
+        self._free(plan, reuse=True)  # a no-op when its outputs leased it
+        return outputs
+
+    # -- where tensors go -------------------------------------------------------------------------
+    def _plan(self, arrays: dict[str, np.ndarray], outputs: tuple[str, ...], key: Key | None) -> _Plan:
+        pool = self.pool
+        if pool is None or any(a.dtype.kind == "O" for a in arrays.values()):
+            return self._body_plan(arrays, outputs)
+        layout = self._layout(arrays, outputs, key)
+        try:
+            slot = pool.acquire(layout.size)
+        except (OSError, CallError) as exc:
+            exhausted = isinstance(exc, PoolExhausted)  # a bounded pool, in any mode: this one request in the body
+            if not (self.fallback or exhausted) or (isinstance(exc, CallError) and exc.status is Status.CANCELLED):
+                raise
+            logger.warning("model %r: no shared memory slot (%s); this request goes in the body", self.name, exc)
+            return self._body_plan(arrays, outputs)
+        region = slot.region
+        assert region is not None  # noqa: S101 - acquire() sizes the slot
+        inputs = []
+        try:
+            for (name, array), (start, size) in zip(arrays.items(), layout.inputs, strict=True):
+                region.write(array, start)
+                ref = ShmRef(region.name, size, start)
+                inputs.append(WireInput(name, self._input_types[name], array.shape, shm=ref))
+        except BaseException:
+            pool.release(slot)  # nothing was sent: the slot serves the next request
+            raise
+        reserved = {n: ShmRef(region.name, size, start) for n, (start, size) in layout.outputs.items()}
+        return _Plan(inputs, [WireOutput(n, shm=reserved.get(n)) for n in outputs], slot, reserved)
+
+    def _layout(self, arrays: dict[str, np.ndarray], outputs: tuple[str, ...], key: Key | None) -> _Layout:
+        """Inputs, then the outputs whose size is known, at aligned offsets of one slot; kept per request shape."""
+        layout = self._layouts.get(key) if key is not None else None
+        if layout is not None:
+            return layout
+        in_places, offset = [], 0
+        for array in arrays.values():
+            in_places.append((offset, array.nbytes))
+            offset = aligned(offset + array.nbytes)
+        sizes = self.sizes.get(key) if key is not None else None
+        out_places: dict[str, tuple[int, int]] = {}
+        for name in outputs:
+            if sizes is None or name not in sizes or self._output_types[name][0] == "BYTES":
+                continue
+            out_places[name] = (offset, max(1, sizes[name]))
+            offset = aligned(offset + max(1, sizes[name]))
+        layout = _Layout(tuple(in_places), out_places, max(offset, 1))
+        if key is not None and sizes is not None:
+            if len(self._layouts) >= _SIZE_MEMORY:
+                self._layouts.clear()
+            self._layouts[key] = layout
+        return layout
+
+    def _body_plan(self, arrays: dict[str, np.ndarray], outputs: tuple[str, ...]) -> _Plan:
+        inputs = [WireInput(n, self._input_types[n], a.shape, data=a) for n, a in arrays.items()]
+        return _Plan(inputs, [WireOutput(n) for n in outputs])
+
+    def _free(self, plan: _Plan, *, reuse: bool) -> None:
+        pool, slot = self.pool, plan.slot
+        if slot is None or pool is None:
+            return
+        plan.slot = None
+        if reuse:
+            pool.release(slot)
+        else:
+            pool.quarantine(slot)
+
+    # -- results ----------------------------------------------------------------------------------
+    def _read(self, plan: _Plan, result: WireResult, names: tuple[str, ...], key: Key) -> Outputs:
+        outputs: Outputs = {}
+        sizes: dict[str, int] = {}
+        in_slot: dict[str, tuple[np.dtype[Any], tuple[int, ...], int]] = {}
+        for name in names:
+            datatype, dtype = self._output_types[name]
+            got = result.datatype(name)
+            if got != datatype:
+                raise InferenceError(f"model {self.name!r} output {name!r}: expected dtype {datatype}, got {got}")
+            shape = result.shape(name)
+            ref = plan.reserved.get(name)
+            if ref is None:
+                outputs[name] = self._owned(_body_array(self.name, name, shape, result))
+                sizes[name] = int(outputs[name].nbytes)
+                continue
+            nbytes = math.prod(shape) * dtype.itemsize
+            if nbytes > ref.byte_size:
+                raise InferenceError(f"model {self.name!r} output {name!r}: {nbytes} bytes exceed its place")
+            in_slot[name] = (dtype, shape, ref.offset)
+            sizes[name] = nbytes
+        if in_slot:
+            outputs.update(self._from_slot(plan, in_slot))
+        if self.pool is not None and self.sizes.learn(key, sizes):
+            self._layouts.pop(key, None)  # places change with the sizes learned
+        return outputs
+
+    def _owned(self, array: np.ndarray) -> np.ndarray:
+        """A writable copy the caller keeps, in a lent buffer (``leases.py``): fresh memory would cost a page fault
+        per 4 KB on every response (5 ms for 8 MB here); a buffer comes back once the caller's arrays are gone."""
+        if array.dtype.kind == "O" or array.nbytes == 0:
+            return np.array(array, copy=True)
+        owned = self._buffers.lend(array.nbytes).view(array.dtype).reshape(array.shape)
+        np.copyto(owned, array, casting="no")
+        return owned
+
+    def _from_slot(self, plan: _Plan, places: dict[str, tuple[np.dtype[Any], tuple[int, ...], int]]) -> Outputs:
+        """Outputs written into the slot: handed out as views (the slot leased until they are gone), or copies."""
+        pool, slot = self.pool, plan.slot
+        assert pool is not None  # noqa: S101 - outputs in a slot need a pool
+        assert slot is not None  # noqa: S101
+        assert slot.region is not None  # noqa: S101
+        if pool.can_lease():
+            plan.slot = None  # the pool holds it until the caller drops the arrays
+            return dict(zip(places, pool.lease_views(slot, list(places.values())), strict=True))
+        return {name: slot.region.view(d, shape, offset).copy() for name, (d, shape, offset) in places.items()}
+
+
+#: The transport's deadline for a request that has none (the options always give one; this is a guard).
+_NO_DEADLINE_S = 3600.0
+
+
+def _body_array(model: str, name: str, shape: tuple[int, ...], result: WireResult) -> np.ndarray:
+    """The output in the response body, checked against the shape the response declares (a read-only view)."""
+    try:
+        array = result.array(name)
+    except ValueError as exc:  # the data does not fill the shape the response declares
+        raise InferenceError(
+            f"model {model!r} output {name!r}: output byte size mismatch: the response declares shape "
+            f"{list(shape)} but carries data of another size ({exc}); a Python-backend model built with "
+            "pb_utils.Tensor(name, ndarray) under numpy 2 sends empty tensors"
+        ) from exc
+    if tuple(array.shape) != shape:
+        raise InferenceError(f"model {model!r} output {name!r}: shape {list(array.shape)}, declared {list(shape)}")
+    return array
+
+
+def to_numpy(value: Any) -> np.ndarray:
+    """A C-contiguous numpy array of a caller's input (torch on any device, numpy, or a MetaTensor)."""
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach()
+        if type(tensor) is not torch.Tensor:
+            tensor = tensor.as_subclass(torch.Tensor)
+        if tensor.device.type != "cpu":
+            tensor = tensor.cpu()
+        if tensor.dtype == torch.bfloat16:
+            tensor = tensor.view(torch.uint16)
+        return np.ascontiguousarray(tensor.numpy())
+    return np.ascontiguousarray(value)

@@ -1,0 +1,132 @@
+"""The remote backend's one worker pool: ``max_in_flight`` threads, each running whole requests, blocking calls and all.
+
+Why not the base's ``ThreadPoolExecutor``: tritonclient's HTTP client is not thread-safe and is bound to
+the gevent hub of the thread that made it, so a thread must own its client (and its hub) for its whole
+life and close both itself when it ends (closed from another thread, they leak their sockets and hub or
+raise greenlet errors); an executor runs no code as its threads end. A backend that overrides
+``_submit`` gets no pool from the base, so this is the only one.
+
+    workers = Workers("remote-seg", 2)
+    future = workers.submit(run, request)         # never blocks: a queue put
+    value = workers.call(fn, timeout_s=5)         # a control call from any thread, run on a worker
+    client = workers.local(key, make)             # the calling worker's own resource, closed as it ends
+    workers.stop(join_timeout_s=5)
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+from .translate import CallError, Status
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+A = TypeVar("A")
+#: What ``make`` returns for ``local``: the resource and how to release it (on the same thread).
+Made = tuple[T, Callable[[], None]]
+#: Extra wait, beyond a control call's own deadline, for a worker busy with a request to pick it up.
+QUEUE_GRACE_S = 1.0
+
+
+class Workers:
+    """``count`` daemon threads fed from one queue; ``submit`` refuses work once ``stop`` has begun."""
+
+    def __init__(self, name: str, count: int) -> None:
+        self._queue: queue.SimpleQueue[tuple[Callable[[Any], Any], Any, Future[Any]] | None] = queue.SimpleQueue()
+        self._local = threading.local()
+        self._at_exit: list[Callable[[], None]] = []
+        self.closed = False
+        self._threads = [
+            threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(max(1, count))
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, fn: Callable[[A], T], arg: A) -> Future[T]:
+        """``fn(arg)`` on a worker; its result or exception in the returned future."""
+        if self.closed:
+            raise CallError(Status.CANCELLED, "the backend is closed")
+        future: Future[T] = Future()
+        self._queue.put((fn, arg, future))
+        return future
+
+    def call(self, fn: Callable[[], T], *, timeout_s: float) -> T:
+        """Run ``fn`` on a worker and wait for it (inline when called on a worker: queuing would wait for itself)."""
+        if self.on_worker():
+            return fn()
+        future = self.submit(lambda _: fn(), None)
+        try:
+            return future.result(timeout=timeout_s + QUEUE_GRACE_S)
+        except TimeoutError:
+            future.cancel()
+            raise CallError(Status.DEADLINE, f"no worker answered within {timeout_s:.3g} s") from None
+
+    def on_worker(self) -> bool:
+        return hasattr(self._local, "resources")
+
+    def local(self, key: object, make: Callable[[], Made[T]]) -> T:
+        """This worker's resource for ``key``, made on first use; released (on this thread) when the worker ends."""
+        resources: dict[object, Made[Any]] = self._local.resources
+        if key not in resources:
+            resources[key] = make()
+        resource: T = resources[key][0]
+        return resource
+
+    def discard(self, key: object) -> None:
+        """Release this worker's resource for ``key`` now (a connection left mid-message); the next use makes one."""
+        made = self._local.resources.pop(key, None)
+        if made is not None:
+            _quietly(made[1])
+
+    def at_thread_exit(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` on each worker as it ends, after its resources are released (once per hook)."""
+        if hook not in self._at_exit:
+            self._at_exit.append(hook)
+
+    def stop(self, *, join_timeout_s: float) -> None:
+        """Refuse new work, let the queued work run, wait for the threads; idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        for _ in self._threads:
+            self._queue.put(None)
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout=join_timeout_s)
+
+    def _work(self) -> None:
+        resources: dict[object, Made[Any]] = {}
+        self._local.resources = resources
+        try:
+            while (job := self._queue.get()) is not None:
+                fn, arg, future = job
+                del job
+                if future.set_running_or_notify_cancel():
+                    try:
+                        result = fn(arg)
+                    except BaseException as exc:  # the future carries it to whoever waits
+                        future.set_exception(exc)
+                    else:
+                        future.set_result(result)
+                        del result
+                # Nothing of a finished request stays on this thread: its outputs may hold a leased slot.
+                del fn, arg, future
+        finally:
+            for _, release in reversed(list(resources.values())):
+                _quietly(release)
+            resources.clear()
+            for hook in self._at_exit:
+                _quietly(hook)
+
+
+def _quietly(release: Callable[[], None]) -> None:
+    try:
+        release()
+    except Exception:  # a worker ending must release everything else even when one release fails
+        logger.debug("releasing a worker's resource failed", exc_info=True)
