@@ -21,6 +21,14 @@ MAX_LINE_CHARS = 240
 _PORT_IN_USE = re.compile(r"failed to start (\w+) service: .*?Socket '[^']*:(\d+)' already in use")
 # E1202 ... model_lifecycle.cc:642] "failed to load 'bad' version 1: Internal: RuntimeError: boom\n\nAt:\n ..."
 _MODEL_FAILED = re.compile(r"failed to load '([^']+)' version (\d+): (.*)")
+# Why a Python-backend stub could not start or died, most telling first: the dynamic loader, the stub's own
+# interpreter, the stub's start-up, then Triton noticing the stub is gone (stub_failure).
+_STUB_FAILURES = (
+    re.compile(r"error while loading shared libraries: ([^\n\"]+)"),
+    re.compile(r"(Fatal Python error: [^\n\"]+)"),
+    re.compile(r"(Failed to (?:initialize|start) (?:the )?Python (?:backend )?stub[^\n\"]*)", re.IGNORECASE),
+    re.compile(r"(Stub process '[^']+' is not healthy\.?)"),
+)
 # Error lines that say nothing about the failure on a machine without a GPU.
 _NOISE = re.compile(r"CUDA|Cuda|NVML|DCGM|GPU|pinned memory", re.IGNORECASE)
 
@@ -76,6 +84,21 @@ def model_failures(text: str) -> list[ModelFailure]:
         ModelFailure(m.group(1), int(m.group(2)), _cut(m.group(3).split("\\n")[0].rstrip('" ')))
         for m in _MODEL_FAILED.finditer(text)
     ]
+
+
+def stub_failure(log_text: str) -> str | None:
+    """Why a Python-backend stub failed, as one line quoted from a log (the server's, or the stubs' own output).
+
+    ``None`` when the text tells nothing about a stub: the loader's "error while loading shared libraries"
+    (a missing ``libpython3.X.so.1.0``), a "Fatal Python error", a failed stub start-up, or Triton's
+    "Stub process '...' is not healthy", in that order of preference.
+    """
+    for pattern in _STUB_FAILURES:
+        match = pattern.search(log_text)
+        if match:
+            found = match.group(0) if pattern is _STUB_FAILURES[0] else match.group(1)
+            return _cut(found.strip())
+    return None
 
 
 def error_lines(text: str, *, limit: int = 5) -> list[str]:

@@ -7,10 +7,12 @@ called at least once, when the whole folder ran.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -119,3 +121,62 @@ def run_case(
         f"case exited {result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
     )
     return result
+
+
+#: In a case script: ``run_case_body(name, body, scope)`` runs one case and prints its outcome as a JSON line.
+CASE_DRIVER = """
+import json as _json, traceback as _traceback
+
+def run_case_body(name, body, scope):
+    print(_json.dumps({"start": name}), flush=True)
+    try:
+        exec(body, scope)
+    except BaseException:
+        print(_json.dumps({"case": name, "error": _traceback.format_exc()}), flush=True)
+    else:
+        print(_json.dumps({"case": name, "error": None}), flush=True)
+"""
+
+
+@dataclass
+class CaseOutcomes:
+    """What one interpreter running several cases in order reported."""
+
+    errors: dict[str, str | None]
+    """Each case that ended: its traceback, or ``None``."""
+    last_started: str | None
+    stdout: str
+    stderr: str
+    code: int
+
+    def check(self, name: str) -> None:
+        """Fail unless case ``name`` ran and passed (a crash fails the case it happened in and those after)."""
+        if name not in self.errors:
+            where = "in this case" if self.last_started == name else f"before it ran, in {self.last_started!r}"
+            pytest.fail(f"the interpreter died {where} (exit code {self.code})\n--- stderr tail\n{self.stderr[-4000:]}")
+        error = self.errors[name]
+        assert error is None, error
+
+
+def run_cases(script: str, *, env: Mapping[str, str] | None = None, timeout_s: float = 300) -> CaseOutcomes:
+    """Run ``script`` (which calls ``run_case_body``) in one fresh interpreter; never raises on its exit code."""
+    prelude = "import sys\nsys.path.insert(0, %r)\nfrom tests.bindings.harness import light_import\nlight_import()\n"
+    result = subprocess.run(
+        [sys.executable, "-c", prelude % str(REPO_ROOT) + CASE_DRIVER + script],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env=dict(env) if env is not None else None,
+        check=False,
+    )
+    errors: dict[str, str | None] = {}
+    last = None
+    for line in result.stdout.splitlines():
+        if line.startswith('{"'):
+            record = json.loads(line)
+            if "case" in record:
+                errors[record["case"]] = record["error"]
+            else:
+                last = record["start"]
+    return CaseOutcomes(errors, last, result.stdout, result.stderr, result.returncode)

@@ -99,9 +99,11 @@ def stop_server(started: Started, *, check: bool = True) -> None:
     from monai_triton_ops.bindings import State
 
     try:
-        started.server.wait_deleted(30)  # a deletion postponed until requests landed
-        if started.server.owner_state is State.OWNED:
-            started.server.delete()
+        server = started.server
+        # the binding refuses to delete a server with requests in flight: let a test's last ones land
+        assert wait_until(lambda: server.owner_state is not State.OWNED or not server.in_flight, timeout_s=30)
+        if server.owner_state is State.OWNED and not server.stop_failed:
+            server.delete()
         if check:
             # a stub whose server was deleted past its exit timeout notices within a second and exits
             gone = wait_until(lambda: not stub_pids(started.shm_prefix), timeout_s=10)
@@ -161,6 +163,37 @@ def shm_regions(prefix: str) -> list[str]:
 def thread_count() -> int:
     """OS threads of this process (Triton's threads are not Python threads)."""
     return len(os.listdir("/proc/self/task"))
+
+
+def malloc_checked_environ(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default ``os.environ``) with glibc's heap checks on: ``MALLOC_CHECK_=3`` (abort on a double
+    free, an overrun or a corrupted heap), and from glibc 2.34 on the library that implements it preloaded:
+    the variable alone does nothing there. ``test_ownership.py``'s canary proves a run has them."""
+    env = dict(os.environ if base is None else base)
+    env["MALLOC_CHECK_"] = "3"
+    library = malloc_debug_library()
+    if library is not None:
+        env["LD_PRELOAD"] = " ".join(filter(None, [library, env.get("LD_PRELOAD", "")]))
+    return env
+
+
+def malloc_debug_library() -> str | None:
+    """``libc_malloc_debug.so.0`` next to this process's libc (``None`` before glibc 2.34, which needs none)."""
+    version = (os.confstr("CS_GNU_LIBC_VERSION") or "glibc 0.0").split()[-1]
+    if tuple(int(part) for part in version.split(".")[:2]) < (2, 34):
+        return None
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        path = line.split()[-1]
+        if Path(path).name.startswith("libc.so"):
+            candidate = Path(path).parent / "libc_malloc_debug.so.0"
+            if candidate.exists():
+                return str(candidate)
+    import ctypes.util
+
+    found = ctypes.util.find_library("c_malloc_debug")  # a soname the dynamic loader finds itself
+    if found is None:
+        raise RuntimeError(f"glibc {version} checks the heap only with libc_malloc_debug.so.0, which is not here")
+    return found
 
 
 def rss_bytes() -> int:

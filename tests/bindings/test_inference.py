@@ -386,6 +386,51 @@ def test_release_callback_and_its_exception(server: Any) -> None:
     assert released == [(b.State.OWNED, int(b.TRITONSERVER_RequestReleaseFlag.ALL), "mine")]
 
 
+def test_a_release_fn_exception_reaches_its_own_inference_never_another(
+    server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A buffer's ``release_fn`` runs when its response is deleted: what it raises belongs to that response
+    (its ``delete()``, or the future of its inference), never to another response deleted later."""
+
+    def alloc(allocator: Any, name: str, size: int, kind: Any, device: int, tag: Any) -> tuple[int, Any, Any, int]:
+        array = np.empty(max(size, 1), np.uint8)
+        return int(array.ctypes.data), (tag, array), b.TRITONSERVER_MemoryType.CPU, 0
+
+    def release(allocator: Any, address: int, buffer_user: Any, size: int, kind: Any, device: int) -> None:
+        if buffer_user[0] == "failing":
+            raise Boom(f"release_fn of a {buffer_user[0]} buffer")
+
+    allocator = b.TRITONSERVER_ResponseAllocator(alloc, release)
+
+    def run(tag: str, keep: bool) -> tuple[concurrent.futures.Future[None], list[Any]]:
+        kept: list[Any] = []
+        request = make_request(server, "passthrough", {"INPUT__0": np.ones(2, np.float32)})
+        on_response = (lambda r, f, k: k.append(r) if r else None) if keep else (lambda *_: None)
+        request.set_response_callback(allocator, tag, on_response, kept)
+        return server.infer_async(request), kept
+
+    # a response kept past its inference, then dropped here: nothing left to raise it to, so it is logged
+    future, kept = run("failing", keep=True)
+    future.result(30)
+    with caplog.at_level("ERROR", logger="monai_triton_ops.bindings.allocator"):
+        kept.clear()
+    assert "release_fn of a failing buffer" in caplog.text
+    # an unrelated response deleted afterwards on the same thread raises nothing
+    future, kept = run("fine", keep=True)
+    future.result(30)
+    kept.pop().delete()
+    # a response dropped by its callback: the exception fails that inference's future
+    future, _ = run("failing", keep=False)
+    with pytest.raises(Boom, match="release_fn of a failing buffer"):
+        future.result(30)
+    # a response deleted explicitly: its delete() raises it
+    future, kept = run("failing", keep=True)
+    future.result(30)
+    with pytest.raises(Boom, match="release_fn of a failing buffer"):
+        kept.pop().delete()
+    assert allocator.buffers_in_use == 0
+
+
 def test_buffer_attributes_callback_follows_each_allocation(server: Any) -> None:
     calls: list[tuple[str, Any, Any]] = []
 
@@ -436,6 +481,8 @@ def test_callbacks_in_either_order(server: Any, order: str) -> None:
 # -- allocator trampolines driven directly ---------------------------------------------------------------
 class _Context:
     """The Python side of an in-flight request, as an allocator callback finds it through its handle."""
+
+    _flight = None  # not a real inference: nothing to deliver a release_fn exception to
 
     def __init__(self, allocator: Any) -> None:
         self.allocator, self.failures = allocator, []
