@@ -31,7 +31,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..repository.config import read_config
 from ..server.discovery import STUB_NAME
 from ..server.logs import stub_failure
 
@@ -144,10 +143,14 @@ def preflight(stub: Path, env: Mapping[str, str]) -> str | None:
 
 def is_python_model(folder: Path) -> bool:
     """Whether the model in ``folder`` runs on the Python backend (its stub starts when it loads)."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2  # not repository.config: that one imports torch
+
     try:
-        return bool(read_config(folder / "config.pbtxt").backend == "python")
+        config = text_format.Parse((folder / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
     except Exception:  # no or unreadable config: Triton reports that itself; a model.py says python
         return any(folder.glob("*/model.py"))
+    return bool(config.backend == "python")
 
 
 def watch_load(load: Callable[[], None], name: str, said: Callable[[], str], on_stuck: Callable[[], None]) -> None:

@@ -28,15 +28,18 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def light_import() -> None:
-    """Make ``import monai_triton_ops.bindings`` skip the package's ``__init__`` (torch, MONAI: ~5 s).
+    """Make ``import monai_triton_ops.bindings`` (and ``.backends.inprocess_server``) skip the packages'
+    ``__init__`` (torch, MONAI: ~5 s).
 
-    Only for subprocess cases: they test the binding, and each would otherwise spend most of its time importing.
+    Only for subprocess cases: they test the binding or the in-process server's owner, and each would
+    otherwise spend most of its time importing.
     """
-    if "monai_triton_ops" in sys.modules:
-        return
-    package = types.ModuleType("monai_triton_ops")
-    package.__path__ = [str(REPO_ROOT / "monai_triton_ops")]
-    sys.modules["monai_triton_ops"] = package
+    for name in ("monai_triton_ops", "monai_triton_ops.backends"):
+        if name in sys.modules:
+            return
+        package = types.ModuleType(name)
+        package.__path__ = [str(REPO_ROOT / name.replace(".", "/"))]
+        sys.modules[name] = package
 
 
 @dataclass
@@ -103,6 +106,7 @@ def stop_server(started: Started, *, check: bool = True) -> None:
         # the binding refuses to delete a server with requests in flight: let a test's last ones land
         assert wait_until(lambda: server.owner_state is not State.OWNED or not server.in_flight, timeout_s=30)
         if server.owner_state is State.OWNED and not server.stop_failed:
+            server.set_exit_timeout(60)  # nothing in flight: only model unloading is left, slow on a busy machine
             server.delete()
         if check:
             # a stub whose server was deleted past its exit timeout notices within a second and exits
