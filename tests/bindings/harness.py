@@ -92,8 +92,10 @@ def start_server(
     server = b.TRITONSERVER_Server(options)
     options.delete()
     started = Started(server=server, workdir=workdir, log_path=log_path, shm_prefix=prefix, saved_environ=saved)
-    for model in models:
-        server.load_model(model)
+    # at once: each Python-backend stub spends most of its start importing (torch), and Triton loads in parallel
+    with concurrent.futures.ThreadPoolExecutor(max(1, len(models))) as loading:
+        for future in [loading.submit(server.load_model, model) for model in models]:
+            future.result()
     return started
 
 
