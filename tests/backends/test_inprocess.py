@@ -426,6 +426,9 @@ def test_deleting_a_server_with_requests_in_flight_then_exiting_at_once(repo: Pa
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    not os.environ.get("MONAI_TRITON_STRESS"), reason="20 fresh interpreters (~3 min): set MONAI_TRITON_STRESS=1"
+)
 def test_deleting_a_server_with_requests_in_flight_then_exiting_at_once_20_runs(repo: Path) -> None:
     for run in range(20):
         result, pid = run_owner_child(DELETE_WITH_REQUESTS_IN_FLIGHT.format(requests=2, close=True), repo)
