@@ -497,6 +497,34 @@ def test_a_stub_that_never_starts_leaves_the_load_within_30_s_and_the_process_ex
     assert "deleted False reason models stuck loading ['stuck']" in result.stdout
 
 
+@pytest.mark.slow
+def test_an_app_whose_model_stub_cannot_start_exits_3_with_one_line(tmp_path: Path) -> None:
+    """The App SDK sample app (``apps/minimal``) with ``--backend triton`` on a model whose stub cannot link."""
+    repo = tmp_path / "models"
+    triton_models.identity(repo, "minimal_seg")  # a Python-backend model: it never gets to run
+    broken_stub(repo / "minimal_seg" / "triton_python_backend_stub")
+    image = tmp_path / "image.nii.gz"
+    made = subprocess.run(
+        [sys.executable, str(ROOT / "apps" / "minimal" / "make_input.py"), "--out", str(image)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr[-2000:]
+    app = [sys.executable, str(ROOT / "apps" / "minimal"), "-i", str(image), "-o", str(tmp_path / "out")]
+    result = subprocess.run(
+        [*app, "-m", str(repo), "--backend", "triton"], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert result.returncode == 3, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr[-3000:]
+    assert (
+        "model 'minimal_seg': the Python backend stub cannot start: error while loading shared libraries" in errors[0]
+    )
+    assert "Traceback" not in result.stderr
+
+
 def test_a_missing_library_is_backend_unavailable_with_the_install_hint(repo: Path, tmp_path: Path) -> None:
     result = run_python(
         f"""

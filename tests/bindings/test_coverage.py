@@ -26,6 +26,8 @@ NOTHING_TO_OBSERVE_HERE = {
     "TRITONSERVER_ServerOptionsSetBufferManagerThreadCount": "threads for CUDA buffer copies: no GPU here",
     "TRITONSERVER_ServerOptionsSetModelLoadThreadCount": "a pool size: loads run the same, only their overlap changes",
     "TRITONSERVER_ServerOptionsSetMetricsInterval": "how often GPU/CPU gauges refresh: only timing shows it",
+    "TRITONSERVER_ServerOptionsSetGpuMetrics": "GPU gauges: no GPU here (DCGM's start-up failure is logged once per "
+    "process at most, so even that is no reliable sign)",
     "TRITONSERVER_ResponseAllocatorSetQueryFunction": "the 2.51 Python backend never queries (pitfall A7); the "
     "trampoline is driven directly by test_query_with_null_name_and_size_answers_cpu",
     "TRITONSERVER_ResponseAllocatorDelete": "frees a 32-byte struct: a leak is below what RSS shows in a test; "

@@ -136,7 +136,6 @@ def test_a_server_built_with_every_option(triton_library: Any, tmp_path: Path) -
     assert re.search(r"^\S+ E ", text, re.MULTILINE)  # errors on (CUDA is missing here)
     assert not re.search(r"^\S+ W ", text, re.MULTILINE)  # warnings off
     assert "Collecting CPU metrics" in text
-    assert "DCGM" not in text  # GPU metrics off (on by default: the next test's server logs that DCGM cannot start)
 
 
 @pytest.mark.checks(
@@ -193,7 +192,6 @@ def test_options_that_show_where_they_are_used(triton_library: Any, tmp_path: Pa
         finally:
             server.delete()
     log = (tmp_path / "start.log").read_text()
-    assert "DCGM unable to start" in log  # GPU metrics are on unless set off
     assert f"libtritonrepoagent_checksum.so' for repo agent 'checksum', searched: {tmp_path / 'agents'}" in log
     explicit = log[log.rindex("loading: broken:1") :]  # the explicit load: tried once, then retried twice
     assert explicit.count("failed to load 'broken' version 1") == 3, explicit

@@ -15,7 +15,7 @@ import pytest
 from monai_triton_ops import bindings as b
 
 from .. import triton_models
-from .harness import Started, infer, make_request, start_server, stop_server, submit
+from .harness import Started, infer, make_request, submit
 
 pytestmark = pytest.mark.triton
 MODELS = ("passthrough", "batched", "decoupled_final_only")
@@ -239,40 +239,38 @@ def test_polling_in_explicit_mode_is_refused(server: Any) -> None:
         server.poll_model_repository()
 
 
-@pytest.mark.checks(
-    "TRITONSERVER_ServerSetExitTimeout",
-    "TRITONSERVER_ServerStop",
-    "TRITONSERVER_LogIsEnabled",
-    "TRITONSERVER_LogMessage",
-)
-def test_log_functions_and_the_exit_timeout_act_on_a_servers_log(triton_library: Any, tmp_path: Path) -> None:
-    """Triton's logger is process-wide, set up by the last server created (here: info on, verbose 0); its
-    stop counts down the exit timeout it was given (``Timeout N: ...`` each second)."""
-    repo = triton_models.passthrough(tmp_path / "repo", "fast")
-    started = start_server(repo, tmp_path / "work", models=["fast"], exit_timeout_s=10)
-    try:
-        assert b.TRITONSERVER_LogIsEnabled(b.TRITONSERVER_LogLevel.ERROR)
-        assert b.TRITONSERVER_LogIsEnabled(b.TRITONSERVER_LogLevel.INFO)
-        assert not b.TRITONSERVER_LogIsEnabled(b.TRITONSERVER_LogLevel.VERBOSE)
-        b.TRITONSERVER_LogMessage(b.TRITONSERVER_LogLevel.ERROR, "test_server.py", 42, "binding-error-marker")
-        b.TRITONSERVER_LogMessage(b.TRITONSERVER_LogLevel.VERBOSE, "test_server.py", 43, "binding-verbose-marker")
-        started.server.set_exit_timeout(7)
-        started.server.stop()
-        log = started.log()
-        # an error record, in whichever format the process's logger has (ISO 8601 once a server asked for it)
-        assert re.search(r"^(\S+ )?E.*test_server\.py:42\] .*binding-error-marker", log, re.MULTILINE), log[-2000:]
-        assert "binding-verbose-marker" not in log  # verbose is off
-        assert re.search(r"Timeout 7: Found \d+ model versions that have in-flight inferences", log), log[-3000:]
-        assert "Timeout 10:" not in log  # the options' value was replaced
-        with pytest.raises(b.UnavailableError, match="exiting"):
-            started.server.is_ready()
-    finally:
-        stop_server(started)
-
-
 @pytest.mark.checks("TRITONSERVER_InferenceRequestSetResponseCallback")
 def test_decoupled_final_only_sends_a_null_final_response(server: Any) -> None:
     future, outcome = submit(server, "decoupled_final_only", {"INPUT__0": np.ones(2, np.float32)})
     future.result(30)
     assert outcome.responses == 0
     assert outcome.flags == [int(b.TRITONSERVER_ResponseCompleteFlag.FINAL)]
+
+
+# -- the last test of the module: it stops the module's server -----------------------------------------
+@pytest.mark.checks(
+    "TRITONSERVER_ServerSetExitTimeout",
+    "TRITONSERVER_ServerStop",
+    "TRITONSERVER_LogIsEnabled",
+    "TRITONSERVER_LogMessage",
+)
+def test_log_functions_and_the_exit_timeout_act_on_the_servers_log(started: Started) -> None:
+    """Triton's logger is process-wide, set up by the last server created (this module's: info on, verbose 0;
+    a second server alive beside it is what this project never does); the server's stop counts down the exit
+    timeout it was last given (``Timeout N: ...`` each second)."""
+    server = started.server
+    assert b.TRITONSERVER_LogIsEnabled(b.TRITONSERVER_LogLevel.ERROR)
+    assert b.TRITONSERVER_LogIsEnabled(b.TRITONSERVER_LogLevel.INFO)
+    assert not b.TRITONSERVER_LogIsEnabled(b.TRITONSERVER_LogLevel.VERBOSE)
+    b.TRITONSERVER_LogMessage(b.TRITONSERVER_LogLevel.ERROR, "test_server.py", 42, "binding-error-marker")
+    b.TRITONSERVER_LogMessage(b.TRITONSERVER_LogLevel.VERBOSE, "test_server.py", 43, "binding-verbose-marker")
+    server.set_exit_timeout(7)
+    server.stop()
+    log = started.log()
+    # an error record, in whichever format the process's logger has (ISO 8601 once a server asked for it)
+    assert re.search(r"^(\S+ )?E.*test_server\.py:42\] .*binding-error-marker", log, re.MULTILINE), log[-2000:]
+    assert "binding-verbose-marker" not in log  # verbose is off
+    assert re.search(r"Timeout 7: Found \d+ model versions that have in-flight inferences", log), log[-3000:]
+    assert "Timeout 10:" not in log  # the options' value was replaced
+    with pytest.raises(b.UnavailableError, match="exiting"):
+        server.is_ready()
