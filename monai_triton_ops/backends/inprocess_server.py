@@ -42,6 +42,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -69,6 +70,8 @@ logger = logging.getLogger(__name__)
 STUB_ENVIRON = ("LD_LIBRARY_PATH", "PATH", "OMP_WAIT_POLICY", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 #: Once nothing is in flight, how long models may take to unload before the server is left undeleted.
 UNLOAD_TIMEOUT_S = 30.0
+UNLOAD_POLL_S = 0.02
+_LIVE_STATES = ("READY", "LOADING", "UNLOADING")
 #: After the stubs were killed, Triton fails each request it still holds within about a second.
 KILLED_GRACE_S = 5.0
 KILLED_GRACE_PER_REQUEST_S = 1.5
@@ -337,16 +340,24 @@ class InProcessServer:
         return self._delete()
 
     def _delete(self) -> Ending:
+        """Unload every model (polled: Triton's own stop checks once a second), then delete the server."""
         from .. import bindings as b
 
+        unload_s = max(self.settings.exit_timeout_s, UNLOAD_TIMEOUT_S)
         try:
             for name in list(self.models):
-                self.unload(name)
-            self.server.set_exit_timeout(int(max(self.settings.exit_timeout_s, UNLOAD_TIMEOUT_S)))
+                self.server.unload_model(name)
+            deadline = time.monotonic() + unload_s
+            while self._live_models() and time.monotonic() < deadline:
+                time.sleep(UNLOAD_POLL_S)
+            self.server.set_exit_timeout(int(unload_s))
             self.server.delete()
         except b.TritonError as exc:
             return self._abandon([], f"Triton could not stop: {exc}")
         return Ending(deleted=True)
+
+    def _live_models(self) -> list[str]:
+        return [m["name"] for m in self.server.model_index().json() if m.get("state") in _LIVE_STATES]
 
     def _abandon(self, killed: list[int], reason: str) -> Ending:
         """Leave the server undeleted (safe: nothing is in flight) and end its stubs ourselves."""

@@ -502,6 +502,7 @@ def test_an_app_whose_model_stub_cannot_start_exits_3_with_one_line(tmp_path: Pa
     """The App SDK sample app (``apps/minimal``) with ``--backend triton`` on a model whose stub cannot link."""
     repo = tmp_path / "models"
     triton_models.identity(repo, "minimal_seg")  # a Python-backend model: it never gets to run
+    torch.jit.save(torch.jit.script(torch.nn.Identity()), repo / "minimal_seg" / "1" / "model.pt")  # the app checks it
     broken_stub(repo / "minimal_seg" / "triton_python_backend_stub")
     image = tmp_path / "image.nii.gz"
     made = subprocess.run(

@@ -135,7 +135,6 @@ def test_a_server_built_with_every_option(triton_library: Any, tmp_path: Path) -
     assert '"model configuration:' in text  # verbose 1: the Python backend's verbose records
     assert re.search(r"^\S+ E ", text, re.MULTILINE)  # errors on (CUDA is missing here)
     assert not re.search(r"^\S+ W ", text, re.MULTILINE)  # warnings off
-    assert "Collecting CPU metrics" in text
 
 
 @pytest.mark.checks(

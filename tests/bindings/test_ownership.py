@@ -167,9 +167,12 @@ CASES: dict[str, str] = {
 LAST_CASE = (
     "a_server_is_not_deleted_under_its_requests",
     """
+    import atexit, threading
     triton_models.passthrough(folder / "repo2", "very_slow", delay_s=3.0)
+    exit_hooks, python_threads = atexit._ncallbacks(), threading.active_count()
     started = start_server(folder / "repo2", folder / "work2", models=["very_slow"], exit_timeout_s=1)
     server = started.server
+    assert atexit._ncallbacks() == exit_hooks  # the binding registers no exit hook of its own
     outcome = Outcome()
     req = make_request(server, "very_slow", {"INPUT__0": np.arange(2, dtype=np.float32)})
     req.set_response_callback(b.ArrayAllocator(), None, read, outcome)
@@ -187,6 +190,7 @@ LAST_CASE = (
     future.result(30)  # the request still lands, exactly
     np.testing.assert_array_equal(outcome.outputs["OUTPUT__0"], [0, 1])
     expect_ownership_error(server.delete, "its stop failed")  # deleting now would crash in Triton
+    assert threading.active_count() == python_threads  # and starts no thread to delete it later
     os.kill(stub_pids(started.shm_prefix)[0], 9)  # left undeleted: end its stub as its owner would
     remove_shm_regions(started.shm_prefix)
     """,
