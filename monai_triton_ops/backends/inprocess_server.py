@@ -228,7 +228,7 @@ class InProcessServer:
         folder = self._refresh(name, repository)
         problem = self._stub_problem(folder)
         if problem:
-            raise b.UnavailableError(f"model {name!r}: the Python backend stub cannot start: {problem}")
+            raise b.UnavailableError(f"model {name!r}: {problem}")
         offset = self._output.written if self._output is not None else 0
         stubs.watch_load(
             lambda: self.server.load_model(name), name, lambda: self._stub_said(offset), lambda: self.stuck.append(name)

@@ -132,13 +132,15 @@ def preflight(stub: Path, env: Mapping[str, str]) -> str | None:
             [str(stub)], env=dict(env), capture_output=True, timeout=PREFLIGHT_TIMEOUT_S, check=False
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"{stub} cannot run: {exc}"
+        return f"the Python backend stub cannot start: {stub} cannot run: {exc}"
     if result.returncode == 1:
         return None
     said = (result.stderr + result.stdout).decode(errors="replace")
-    cause = stub_failure(said) or last_line(said)
     status = f"exit status {result.returncode}" if result.returncode >= 0 else f"signal {-result.returncode}"
-    return f"{cause} ({stub.name}, {status})" if cause else f"{stub} ended with {status} and printed nothing"
+    cause = stub_failure(said)  # "the Python backend stub cannot start: error while loading shared libraries: ..."
+    if cause:
+        return f"{cause} ({stub.name}, {status})"
+    return f"the Python backend stub cannot start: {last_line(said) or 'it printed nothing'} ({stub}, {status})"
 
 
 def is_python_model(folder: Path) -> bool:

@@ -21,13 +21,15 @@ MAX_LINE_CHARS = 240
 _PORT_IN_USE = re.compile(r"failed to start (\w+) service: .*?Socket '[^']*:(\d+)' already in use")
 # E1202 ... model_lifecycle.cc:642] "failed to load 'bad' version 1: Internal: RuntimeError: boom\n\nAt:\n ..."
 _MODEL_FAILED = re.compile(r"failed to load '([^']+)' version (\d+): (.*)")
-# Why a Python-backend stub could not start or died, most telling first: the dynamic loader, the stub's own
-# interpreter, the stub's start-up, then Triton noticing the stub is gone (stub_failure).
+# What a Python-backend stub that cannot start, or dies while its model loads, leaves in the server's log: the
+# dynamic loader's own words (a missing libpython3.X.so.1.0, a symbol version), its embedded interpreter's, or
+# the backend's health check ("Stub process 'add_one_0_0' is not healthy.", python_backend src/python_be.cc).
 _STUB_FAILURES = (
-    re.compile(r"error while loading shared libraries: ([^\n\"]+)"),
-    re.compile(r"(Fatal Python error: [^\n\"]+)"),
-    re.compile(r"(Failed to (?:initialize|start) (?:the )?Python (?:backend )?stub[^\n\"]*)", re.IGNORECASE),
-    re.compile(r"(Stub process '[^']+' is not healthy\.?)"),
+    (re.compile(r"triton_python_backend_stub: (error while loading shared libraries: .*)"), "cannot start"),
+    (re.compile(r"triton_python_backend_stub: (\S+: version \S+ not found.*)"), "cannot start"),
+    (re.compile(r"(Failed to run python backend stub\. Errno = \d+.*)"), "cannot start"),
+    (re.compile(r"(Fatal Python error: .*)"), "cannot start its interpreter"),
+    (re.compile(r"(Stub process '[^']*' is not healthy\.?)"), "exited while its model loaded"),
 )
 # Error lines that say nothing about the failure on a machine without a GPU.
 _NOISE = re.compile(r"CUDA|Cuda|NVML|DCGM|GPU|pinned memory", re.IGNORECASE)
@@ -87,17 +89,17 @@ def model_failures(text: str) -> list[ModelFailure]:
 
 
 def stub_failure(log_text: str) -> str | None:
-    """Why a Python-backend stub failed, as one line quoted from a log (the server's, or the stubs' own output).
+    """Why a Python-backend stub could not start or died while loading, in one line quoting the log; else ``None``.
 
-    ``None`` when the text tells nothing about a stub: the loader's "error while loading shared libraries"
-    (a missing ``libpython3.X.so.1.0``), a "Fatal Python error", a failed stub start-up, or Triton's
-    "Stub process '...' is not healthy", in that order of preference.
+    The first such line of ``log_text`` wins (the earliest cause). Used while a server loads its models: the
+    local server's log, and the in-process server's.
     """
-    for pattern in _STUB_FAILURES:
-        match = pattern.search(log_text)
-        if match:
-            found = match.group(0) if pattern is _STUB_FAILURES[0] else match.group(1)
-            return _cut(found.strip())
+    for line in log_text.splitlines():
+        for pattern, what in _STUB_FAILURES:
+            found = pattern.search(line)
+            if found:
+                cause = found.group(1).split("\\n")[0].rstrip('" ')
+                return _cut(f"the Python backend stub {what}: {cause}")
     return None
 
 
