@@ -265,6 +265,17 @@ def redact(text: str) -> str:
     return text
 
 
+def scrub(exc: BaseException) -> BaseException:
+    """``exc`` with every secret taken out of its text, in place: it stays the ``__cause__`` of our own error,
+    whose traceback (``-l DEBUG``) prints it. tritonclient's exceptions keep their text in ``_msg``."""
+    exc.args = tuple(redact(arg) if isinstance(arg, str) else arg for arg in exc.args)
+    for name in ("_msg", "_debug_details"):
+        value = getattr(exc, name, None)
+        if isinstance(value, str):
+            setattr(exc, name, redact(value))
+    return exc
+
+
 def _read_file(option: str, path: Path | None) -> bytes | None:
     if path is None:
         return None

@@ -24,7 +24,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as pb
 from tritonclient.utils import InferenceServerException, deserialize_bytes_tensor, triton_to_np_dtype
 
-from .credentials import redact
+from .credentials import scrub
 from .endpoints import Endpoint, TransportSettings
 from .tls import grpc_channel_credentials
 from .translate import CallError, Status, from_grpc_status
@@ -38,7 +38,8 @@ MAX_MESSAGE_BYTES = 1 << 30
 
 
 def _error(exc: InferenceServerException) -> CallError:
-    return from_grpc_status(exc.status(), redact(exc.message() or str(exc)))
+    scrub(exc)  # a server or proxy may echo what it was sent: no secret in our error or its cause
+    return from_grpc_status(exc.status(), exc.message() or str(exc))
 
 
 class GrpcTransport(Transport):
@@ -94,7 +95,7 @@ class GrpcTransport(Transport):
             raise _error(exc) from exc
         except Exception as exc:  # the channel closed under the call, say: still a CallError, never this one
             status = Status.CANCELLED if self._closed else Status.INTERNAL
-            raise CallError(status, redact(f"{type(exc).__name__}: {exc}")) from exc
+            raise CallError(status, f"{type(exc).__name__}: {scrub(exc)}") from exc
         return _GrpcResult(result.get_response())
 
     # -- control calls ----------------------------------------------------------------------------

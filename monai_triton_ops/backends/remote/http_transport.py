@@ -26,7 +26,7 @@ from tritonclient.grpc import model_config_pb2 as pb
 from tritonclient.http._utils import _raise_if_error
 from tritonclient.utils import InferenceServerException
 
-from .credentials import redact
+from .credentials import scrub
 from .endpoints import Endpoint, TransportSettings
 from .tls import http_context_factory
 from .translate import CallError, Status, from_http_status, from_os_error
@@ -49,13 +49,14 @@ class _Deadline(Exception):
 def _translate(exc: BaseException) -> CallError:
     if isinstance(exc, CallError):
         return exc
+    scrub(exc)  # a server or proxy may echo what it was sent: no secret in our error or its cause
     if isinstance(exc, _Deadline):
         return CallError(Status.DEADLINE, "no answer before the deadline")
     if isinstance(exc, InferenceServerException):
-        return from_http_status(exc.status(), redact(exc.message() or str(exc)))
+        return from_http_status(exc.status(), exc.message() or str(exc))
     if isinstance(exc, OSError):
         return from_os_error(exc)
-    return CallError(Status.INTERNAL, redact(f"{type(exc).__name__}: {exc}"))
+    return CallError(Status.INTERNAL, f"{type(exc).__name__}: {exc}")
 
 
 def _destroy_hub() -> None:

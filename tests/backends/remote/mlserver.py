@@ -6,7 +6,8 @@ cache folder (``$MONAI_TRITON_CACHE``, else ``~/.cache/monai-triton``): ``mlserv
 then reused by every run. When the package index cannot be reached the tests are skipped, saying so.
 
 The models are a custom runtime (numpy only, no framework): ``seg`` doubles a 5-D float tensor, ``mixed``
-returns its float and int64 inputs, ``bare`` doubles too but declares no tensors (its metadata lists none).
+returns its float and int64 inputs, ``fixed`` doubles a ``[1, 4]`` tensor (no batch dim), ``bare`` doubles too
+but declares no tensors (its metadata lists none).
 """
 
 from __future__ import annotations
@@ -84,6 +85,11 @@ MODELS: dict[str, dict[str, object]] = {
         "implementation": "runtime.Identity",
         "inputs": [_tensor("INPUT__0", "FP32", [-1, 3]), _tensor("INPUT__1", "INT64", [-1, 2])],
         "outputs": [_tensor("OUTPUT__0", "FP32", [-1, 3]), _tensor("OUTPUT__1", "INT64", [-1, 2])],
+    },
+    "fixed": {
+        "implementation": "runtime.Double",
+        "inputs": [_tensor("INPUT__0", "FP32", [1, 4])],
+        "outputs": [_tensor("OUTPUT__0", "FP32", [1, 4])],
     },
     "bare": {"implementation": "runtime.Double"},
 }
