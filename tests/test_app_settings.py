@@ -43,7 +43,12 @@ SAMPLES = {
     "backend_config": "python:shm-region-prefix-name=x",
     "max_backoff_s": "2.5",
     "backoff_s": "0.5",
+    "auth_token": "env:TRITON_TOKEN",
+    "restricted_keys": "triton-admin-key=env:TRITON_ADMIN_KEY",
+    "headers": "x-api-key=file:/run/secrets/api-key",
 }
+#: Options of TLS, which a plaintext server refuses: they go with a TLS spec.
+TLS_SPEC, TLS_OPTIONS = "grpcs://127.0.0.1:1", frozenset({"root_certificates", "client_certificate", "client_key"})
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +140,7 @@ def option_cases() -> list[tuple[str, str]]:
 def test_every_backend_option_reaches_the_backend_from_each_source(
     fragment: Application, unet_repo: Path, tmp_path: Path, option: str, scheme: str, source: str
 ) -> None:
-    spec = SPECS[scheme]
+    spec = TLS_SPEC if option in TLS_OPTIONS else SPECS[scheme]
     hint = typing.get_type_hints(backend_class(spec).options_type)[option]
     value = sample(option, hint, tmp_path)
     context = context_for(tmp_path, unet_repo, source, env_of(option), flag_of(option), value, "--backend", spec)

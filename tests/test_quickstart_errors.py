@@ -6,6 +6,7 @@ What is compared is the line after ``error: ``, as ``exits.one_line`` prints it;
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -117,6 +118,38 @@ def dead_stub() -> BaseException:
     return status.to_public(answer, model="seg", url=status.IN_PROCESS)
 
 
+def untrusted_tls(tmp_path: Path) -> BaseException:
+    """A real TLS listener on loopback whose certificate another CA signed than the one the client is given."""
+    import ssl
+    import threading
+
+    from .backends.remote import certs
+
+    server_pair = certs.authority(tmp_path / "pki", "ca").issue(tmp_path / "pki", "server", server=True)
+    other = certs.authority(tmp_path / "pki", "other-ca")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(server_pair.cert, server_pair.key)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        listener.settimeout(10)
+
+        def accept() -> None:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn, contextlib.suppress(OSError):
+                context.wrap_socket(conn, server_side=True)
+
+        thread = threading.Thread(target=accept, daemon=True)
+        thread.start()
+        spec = f"grpcs://127.0.0.1:{listener.getsockname()[1]}?ready_timeout_s=5"
+        exc = raised(lambda: create_backend(spec, "seg", root_certificates=other.pem).open())
+        thread.join(timeout=10)
+    return exc
+
+
 def not_writable(tmp_path: Path) -> BaseException:
     folder = Path("/sys") if os.geteuid() == 0 else tmp_path / "ro"  # root writes anywhere but on read-only mounts
     if folder != Path("/sys"):
@@ -155,6 +188,7 @@ def triggers(tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch) -> dic
     plain = tmp_path / "plain.pt"
     torch.jit.script(torch.nn.Identity()).save(str(plain))
     (tmp_path / "app.yaml").write_text("application: [unclosed\n")
+    monkeypatch.delenv("TRITON_TOKEN", raising=False)
     return {
         "unknown backend spec 'trition'; expected one of: ...": lambda: raised(lambda: resolve_backend("trition")),
         "backend 'fancy' cannot be imported (...)": lambda: raised(lambda: preflight.check_backend("fancy")),
@@ -217,6 +251,15 @@ def triggers(tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch) -> dic
         "--shared-memory: backend 'torch' has no option 'shared_memory'; its options: ...": lambda: raised(
             lambda: resolve_backend_options("torch", {"shared_memory": "none"}, environ={})
         ),
+        "--auth-token: backend 'grpc': auth_token must say where the secret is, env:VARIABLE or file:PATH, not the "
+        "secret itself ...": lambda: raised(
+            lambda: resolve_backend_options("grpc://127.0.0.1:9", {"auth_token": "s3cr3t-t0ken"}, environ={})
+        ),
+        "auth_token: environment variable TRITON_TOKEN is not set": lambda: raised(
+            lambda: create_backend("grpcs://127.0.0.1:9?auth_token=env:TRITON_TOKEN", "seg").open()
+        ),
+        "grpcs://...: the server's TLS certificate is not trusted: ... (checked against the CA file '...' "
+        "(root_certificates))": lambda: untrusted_tls(tmp_path),
         "MONAI_TRITON_TIMEOUT_S (environment): backend 'torch': option timeout_s='soon' is not a ...": lambda: raised(
             lambda: resolve_backend_options("torch", {}, environ={"MONAI_TRITON_TIMEOUT_S": "soon"})
         ),

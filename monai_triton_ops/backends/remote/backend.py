@@ -28,7 +28,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from ...errors import BackendStateError, BackendUnavailableError, ConfigError
+from ...errors import BackendStateError, BackendUnavailableError, ConfigError, ServerUnavailableError
 from ...signature import ModelSignature
 from ..base import ArrayLike, BaseBackend, InferRequest
 from ..options import BackendOptions
@@ -37,8 +37,10 @@ from .endpoints import Endpoint, TransportSettings, connect
 from .exchange import Exchange, Outputs
 from .options import RemoteOptions
 from .pool import RegionPool
+from .protocol import BINARY_TENSORS, STATISTICS, SYSTEM_SHARED_MEMORY, UNKNOWN_SERVER, describe_model
 from .retry import Backoff
-from .server_model import check_local_config, read_signature, wait_until_ready
+from .server_model import wait_until_ready
+from .tls import check_handshake, check_tls_options
 from .translate import CallError, Status, to_public
 from .transport import Transport
 from .workers import Workers
@@ -47,6 +49,8 @@ logger = logging.getLogger(__name__)
 
 #: Deadline of the control calls made at open and close (metadata, config, registrations).
 _CONTROL_TIMEOUT_S = 10.0
+#: Deadline of the TLS handshake made at open to tell TLS problems from a server that is away (tls.py).
+_HANDSHAKE_TIMEOUT_S = 5.0
 #: How long ``close()`` waits for each worker thread to end once its last call has.
 _JOIN_TIMEOUT_S = 5.0
 
@@ -105,6 +109,8 @@ class RemoteBackend(BaseBackend):
         self._tickets: dict[int, _Ticket] = {}
         self._tickets_lock = threading.Lock()
         self._pid = os.getpid()
+        self._server = UNKNOWN_SERVER  # what the server speaks, learnt at open (protocol.py)
+        check_tls_options(self.endpoints, self.remote_options)
 
     @property
     def remote_options(self) -> RemoteOptions:
@@ -129,9 +135,17 @@ class RemoteBackend(BaseBackend):
         transport: Transport | None = None
         try:
             transport = connect(self.endpoints[0], settings, workers)
-            wait_until_ready(transport, self.model_name, self.version, timeout_s=options.ready_timeout_s)
-            signature = read_signature(transport, self.model_name, self.version, timeout_s=_CONTROL_TIMEOUT_S)
-            check_local_config(signature, self.model_repository, url=self.url)
+            self._wait(transport, settings, options)
+            served = describe_model(
+                transport,
+                self.model_name,
+                self.version,
+                timeout_s=_CONTROL_TIMEOUT_S,
+                repository=self.model_repository,
+                max_batch_size=options.max_batch_size,
+            )
+            signature, self._server = served.signature, served.server
+            transport.use_binary_tensors(served.server.has(BINARY_TENSORS))
             pool = self._make_pool(transport, options)
         except BaseException:
             if transport is not None:
@@ -144,6 +158,16 @@ class RemoteBackend(BaseBackend):
         logger.info("%r: tensors via %s", self, "system shared memory" if pool else "the request body")
         return signature
 
+    def _wait(self, transport: Transport, settings: TransportSettings, options: RemoteOptions) -> None:
+        """Readiness, after a TLS handshake of our own: a TLS problem is a ``ConfigError`` now, not a long wait."""
+        endpoint, handshake_s = self.endpoints[0], min(_HANDSHAKE_TIMEOUT_S, options.ready_timeout_s)
+        check_handshake(endpoint, settings.credentials, timeout_s=handshake_s)
+        try:
+            wait_until_ready(transport, self.model_name, self.version, timeout_s=options.ready_timeout_s)
+        except ServerUnavailableError:
+            check_handshake(endpoint, settings.credentials, timeout_s=handshake_s)  # up meanwhile, refusing us?
+            raise
+
     def _make_pool(self, transport: Transport, options: RemoteOptions) -> RegionPool | None:
         mode = options.shared_memory
         if mode == "cuda":
@@ -152,6 +176,14 @@ class RemoteBackend(BaseBackend):
                 "(use auto, system or none)"
             )
         if mode == "none" or (mode == "auto" and not self.endpoints[0].is_loopback):
+            return None
+        if not self._server.has(SYSTEM_SHARED_MEMORY):
+            if mode == "system":
+                raise ConfigError(
+                    f"model {self.model_name!r}: shared_memory=system, but {self._server.lacks(SYSTEM_SHARED_MEMORY)} "
+                    f"at {self.url} (use shared_memory=auto or none)"
+                )
+            logger.info("%s: %s; tensors go in the request body", self.url, self._server.lacks(SYSTEM_SHARED_MEMORY))
             return None
         shm.remove_stale_regions(lambda name: transport.unregister_system_shm(name, timeout_s=1.0))
         pool = RegionPool(transport, max_slots=options.max_in_flight + 4)
@@ -259,6 +291,10 @@ class RemoteBackend(BaseBackend):
         transport = self._transport
         if transport is None:
             raise BackendStateError(f"{self!r}: statistics() needs an open backend")
+        if not self._server.has(STATISTICS):
+            raise ConfigError(
+                f"model {self.model_name!r} on {self.url}: no statistics: {self._server.lacks(STATISTICS)}"
+            )
         try:
             return transport.statistics(self.model_name, timeout_s=_CONTROL_TIMEOUT_S)
         except CallError as exc:

@@ -86,6 +86,14 @@ class Transport(ABC):
     def is_model_ready(self, model: str, version: str, *, timeout_s: float) -> bool: ...
 
     @abstractmethod
+    def server_metadata(self, *, timeout_s: float) -> dict[str, Any]:
+        """``{"name", "version", "extensions": [str]}`` as the server reports it (``protocol.py`` reads it)."""
+
+    @abstractmethod
+    def use_binary_tensors(self, binary: bool) -> None:
+        """Whether request and response bodies carry tensors as binary (HTTP; gRPC always does)."""
+
+    @abstractmethod
     def model_metadata(self, model: str, version: str, *, timeout_s: float) -> dict[str, Any]:
         """``{"name", "versions": [str], "inputs": [...], "outputs": [...]}`` as the server reports it."""
 
