@@ -209,8 +209,10 @@ def triggers(tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch) -> dic
         ),
         "grpc_port ... on 127.0.0.1 is already in use by another process": lambda: port_in_use(tmp_path / "empty"),
         "no tritonserver executable at '...'": lambda: raised(lambda: find_tritonserver(tmp_path / "nope")),
-        "models ['seg'] cannot load: the Python backend stub '...' cannot start: libpython... not found; install "
-        "the Python ... shared library ...": lambda: stub_cannot_start(tmp_path),
+        "models ['seg'] cannot load: the Python backend stub cannot start: error while loading shared libraries: "
+        "libpython...: ... (..., exit status 127); install the Python ... shared library ...": lambda: (
+            stub_cannot_start(tmp_path)
+        ),
         "model 'seg' on ...: the model's backend process is gone (Stub process 'seg_0_0' is not healthy.); ...": (
             lambda: dead_stub()
         ),
