@@ -56,8 +56,9 @@ from ..server.environment import (
     server_environment,
     shm_prefix,
 )
-from ..server.logs import stub_failure
+from ..server.logs import last_line, stub_failure
 from ..server.mirror import mirror_repository
+from ..server.stub import model_stub, stub_problem
 from . import stubs
 
 if TYPE_CHECKING:
@@ -251,13 +252,13 @@ class InProcessServer:
 
     def _stub_problem(self, folder: Path) -> str | None:
         """Why the stub this model would start cannot run (a model may ship its own, next to its config)."""
-        own = folder / stubs.STUB_NAME
-        if own.exists():
-            return stubs.preflight(own, os.environ)
-        if not stubs.is_python_model(folder) or not self._stub.exists():
+        stub = model_stub(folder, self._stub if self._stub.exists() else None)
+        if stub is None:
             return None
+        if stub != self._stub:  # the model's own, linked from the mirror: named as the user knows it
+            return stub_problem(stub.resolve(), os.environ)
         if self._stub_checked is None:  # once: every model without its own stub starts this one
-            self._stub_checked = stubs.preflight(self._stub, os.environ) or ""
+            self._stub_checked = stub_problem(stub, os.environ) or ""
         return self._stub_checked or None
 
     def _stub_said(self, offset: int) -> str:
@@ -265,7 +266,7 @@ class InProcessServer:
         logged = ""
         with contextlib.suppress(OSError):
             logged = self.log_path.read_text(errors="replace")[-(64 << 10) :]
-        return stub_failure(said) or stubs.last_line(said) or stub_failure(logged) or ""
+        return stub_failure(said) or last_line(said) or stub_failure(logged) or ""
 
     def unload(self, name: str) -> None:
         """Start unloading ``name``; requests in flight keep it until they land."""

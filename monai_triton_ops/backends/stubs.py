@@ -1,13 +1,11 @@
 """The Python backend's stub processes of the in-process server: their output, their health, their end.
 
 Each Python-backend model instance runs in a ``triton_python_backend_stub`` process that Triton forks from
-this process (through ``bash -c "exec <stub> ..."``). Three things about them only this process can see:
+this process (through ``bash -c "exec <stub> ..."``). Whether a stub can start at all is asked before a
+load by the one check every server shares (``server.stub.stub_problem``: Triton 2.51 waits for a new stub's
+first message without a deadline, so a stub that cannot link would block the load forever). Two things
+about the stubs only this process can see:
 
-- **Whether a stub can start at all.** Triton 2.51 waits for a new stub's first message without a deadline:
-  a stub that cannot link (no ``libpython3.11.so.1.0``, which Debian's ``python3`` does not ship) or dies
-  before that message leaves the model load blocked forever. Triton itself first runs the stub without
-  arguments (it prints its usage and exits 1); :func:`preflight` does the same with the stub's environment
-  and returns the loader's own message when it cannot.
 - **Whether a stub died.** A dead stub stays a zombie child of this process until Triton tears its model
   instance down, which for a stub that died it never completes (the model stays "UNLOADING"): a zombie
   whose command is the stub's is a dead stub, with its exit status (:func:`stub_children`).
@@ -24,15 +22,13 @@ import logging
 import os
 import shlex
 import signal
-import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..server.discovery import STUB_NAME
-from ..server.logs import stub_failure
 
 logger = logging.getLogger(__name__)
 
@@ -42,15 +38,13 @@ STUB_COMM = "triton_python_b"
 LAUNCHER_COMM = "bash"
 #: How much of the stubs' output is kept for error messages.
 TAIL_BYTES = 16 << 10
-#: Running the stub without arguments takes milliseconds; this only bounds a broken file system.
-PREFLIGHT_TIMEOUT_S = 30.0
 #: How often a model load looks for a stub that died.
 LOAD_POLL_S = 0.1
 #: After a stub died during a load, how long Triton may take to fail the load itself (it notices a stub
 #: that stops answering within seconds; one that never answered it waits for forever).
 DEATH_GRACE_S = 10.0
 
-__all__ = ["STUB_NAME", "Child", "StubOutput", "kill", "preflight", "stub_children", "stub_pids", "watch_load"]
+__all__ = ["STUB_NAME", "Child", "StubOutput", "kill", "stub_children", "stub_pids", "watch_load"]
 
 
 @dataclass(frozen=True)
@@ -124,37 +118,6 @@ def kill(pids: Iterable[int]) -> list[int]:
     return killed
 
 
-def preflight(stub: Path, env: Mapping[str, str]) -> str | None:
-    """Run ``stub`` without arguments, as Triton does before it launches one: ``None`` if it ran (exit 1,
-    its usage), else why it cannot start, quoted from what it printed (the dynamic loader's message)."""
-    try:
-        result = subprocess.run(
-            [str(stub)], env=dict(env), capture_output=True, timeout=PREFLIGHT_TIMEOUT_S, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"the Python backend stub cannot start: {stub} cannot run: {exc}"
-    if result.returncode == 1:
-        return None
-    said = (result.stderr + result.stdout).decode(errors="replace")
-    status = f"exit status {result.returncode}" if result.returncode >= 0 else f"signal {-result.returncode}"
-    cause = stub_failure(said)  # "the Python backend stub cannot start: error while loading shared libraries: ..."
-    if cause:
-        return f"{cause} ({stub.name}, {status})"
-    return f"the Python backend stub cannot start: {last_line(said) or 'it printed nothing'} ({stub}, {status})"
-
-
-def is_python_model(folder: Path) -> bool:
-    """Whether the model in ``folder`` runs on the Python backend (its stub starts when it loads)."""
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2  # not repository.config: that one imports torch
-
-    try:
-        config = text_format.Parse((folder / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
-    except Exception:  # no or unreadable config: Triton reports that itself; a model.py says python
-        return any(folder.glob("*/model.py"))
-    return bool(config.backend == "python")
-
-
 def watch_load(load: Callable[[], None], name: str, said: Callable[[], str], on_stuck: Callable[[], None]) -> None:
     """Run ``load`` (a blocking ``TRITONSERVER_ServerLoadModel``) on a thread of its own and wait for it,
     looking for a stub that dies meanwhile: the load then ends within :data:`DEATH_GRACE_S` with why.
@@ -204,12 +167,6 @@ def _died(name: str, dead: Child, cause: str) -> str:
     what = "stub" if dead.comm == STUB_COMM else "stub's launcher"
     text = f"model {name!r}: its Python backend {what} (pid {dead.pid}) {dead.how_it_ended()} while the model loaded"
     return f"{text}: {cause}" if cause else text
-
-
-def last_line(text: str) -> str:
-    """The last line of ``text`` that is not blank ("" if none)."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1][:240] if lines else ""
 
 
 class StubOutput:
