@@ -8,6 +8,9 @@ Everything that must behave the same on every backend lives in ``BaseBackend``:
     the caller's array family -> join in order -> the caller's Future (or InferenceTimeoutError at
     the deadline, after a best-effort _cancel)
 
+    infer(inputs), one request, a backend that allows it, fewer than max_in_flight out -> the same
+    checks, limits and errors, but the request runs on the caller's thread (_infer_here): no hand-off
+
 ``close(timeout_s)`` stops new requests, lets those in flight finish until its deadline, then
 fails the rest with ``BackendStateError`` and releases the backend. Arrays a backend returns are
 the caller's to keep: never views into memory the backend reuses (see ``docs/architecture.md``).
@@ -70,7 +73,8 @@ class BaseBackend(ABC):
 
     A subclass provides ``_open`` and either ``_infer`` (synchronous: run on the base's worker
     pool, ``max_in_flight`` threads) or ``_submit`` (asynchronous: must not block, completes the
-    future exactly once), optionally ``_cancel`` and ``_close``. ``open()`` is explicit (and done
+    future exactly once), optionally ``_cancel``, ``_close`` and ``_can_infer_here`` / ``_infer_here``
+    (``infer()`` on the caller's thread). ``open()`` is explicit (and done
     by ``with``) so heavy loading happens where the caller chooses; a closed backend never reopens.
     """
 
@@ -125,6 +129,19 @@ class BaseBackend(ABC):
         if pool is None:
             raise BackendStateError(f"{self!r}: no worker pool (not open)")
         return pool.submit(self._run_sync, request)
+
+    def _can_infer_here(self) -> bool:
+        """Whether ``infer()`` may run a request on the calling thread now (``_infer_here``); default no.
+
+        Only for a backend whose request keeps its own deadline on any thread (its blocking calls
+        carry the time left) and ends when ``close()`` releases the backend: the base arms no timer for
+        such a request, and the caller's thread is the one that waits.
+        """
+        return False
+
+    def _infer_here(self, request: InferRequest) -> Mapping[str, ArrayLike]:
+        """Run one request on the calling thread (see ``_can_infer_here``); outputs keyed by requested names."""
+        raise NotImplementedError
 
     def _cancel(self, request: InferRequest) -> None:  # noqa: B027 - optional hook
         """Best effort: stop a request past its deadline or left over at ``close()``."""
@@ -222,34 +239,8 @@ class BaseBackend(ABC):
         the first input's array family and on its device. ``timeout_s`` (default: the options')
         bounds the whole call; past it the future raises ``InferenceTimeoutError``.
         """
-        signature = self._signature_if_open("submit()")
-        validate_inputs(signature, inputs)
-        wanted = wanted_outputs(signature, outputs)
-        timeout = self.options.timeout_s if timeout_s is None else timeout_s
-        if timeout is not None and not timeout > 0:
-            raise UsageError(f"model {self.model_name!r}: timeout_s must be > 0 seconds, got {timeout!r}")
-        given = {name: unwrapped(inputs[name]) for name in signature.input_names}
-        family = ArrayFamily.of(given[signature.input_names[0]])
-        deadline = None if timeout is None else time.monotonic() + timeout
-        requests = [
-            InferRequest(model=self.model_name, inputs=part, outputs=wanted, family=family, deadline=deadline)
-            for part in self._parts(signature, given)
-        ]
-        call = Call(requests, timeout)
-        with self._lock:
-            if self._state is not BackendState.OPEN:
-                raise BackendStateError(f"{self!r}: submit() needs an open backend (state {self._state.value})")
-            self._calls.add(call)
-            self._queue.extend((call, index) for index in range(len(requests)))
-        # A weak reference: the future keeps its callbacks, so a strong one would make a cycle that keeps every
-        # result alive until the garbage collector runs (shared-memory outputs are leased until their arrays go).
-        call.future.add_done_callback(functools.partial(self._forget, weakref.ref(call)))
-        if deadline is not None:
-            call.timer = call_at(deadline, functools.partial(self._expire, call))
-        logger.debug(
-            "%r submit %d request(s) of %s", self, len(requests), {n: tuple(v.shape) for n, v in given.items()}
-        )
-        self._pump()
+        call = self._prepare("submit()", inputs, outputs, timeout_s)
+        self._enqueue(call)
         return call.future
 
     def infer(
@@ -259,8 +250,17 @@ class BaseBackend(ABC):
         outputs: Sequence[str] | None = None,
         timeout_s: float | None = None,
     ) -> dict[str, ArrayLike]:
-        """``submit(...).result()``: run the model and return the requested outputs."""
-        return self.submit(inputs, outputs=outputs, timeout_s=timeout_s).result()
+        """``submit(...).result()``: run the model and return the requested outputs.
+
+        The caller waits anyway, so a backend that allows it (``_can_infer_here``) runs a one-request
+        call on the caller's thread while fewer than ``max_in_flight`` requests are out: no hand-off
+        to a worker and back. Same checks, limits, deadline and errors as ``submit``.
+        """
+        call = self._prepare("infer()", inputs, outputs, timeout_s)
+        if len(call.requests) == 1 and self._can_infer_here() and self._start_here(call):
+            return self._run_here(call)
+        self._enqueue(call)
+        return call.future.result()
 
     @overload
     def __call__(self, data: torch.Tensor) -> torch.Tensor: ...
@@ -278,6 +278,79 @@ class BaseBackend(ABC):
         return self.infer({signature.inputs[0].name: data}, outputs=(output,))[output]
 
     # -- the machinery -----------------------------------------------------------------------
+    def _prepare(
+        self, what: str, inputs: Mapping[str, ArrayLike], outputs: Sequence[str] | None, timeout_s: float | None
+    ) -> Call:
+        """The checked call: inputs validated, requests within ``max_batch_size``, its deadline fixed."""
+        signature = self._signature_if_open(what)
+        validate_inputs(signature, inputs)
+        wanted = wanted_outputs(signature, outputs)
+        timeout = self.options.timeout_s if timeout_s is None else timeout_s
+        if timeout is not None and not timeout > 0:
+            raise UsageError(f"model {self.model_name!r}: timeout_s must be > 0 seconds, got {timeout!r}")
+        given = {name: unwrapped(inputs[name]) for name in signature.input_names}
+        family = ArrayFamily.of(given[signature.input_names[0]])
+        deadline = None if timeout is None else time.monotonic() + timeout
+        requests = [
+            InferRequest(model=self.model_name, inputs=part, outputs=wanted, family=family, deadline=deadline)
+            for part in self._parts(signature, given)
+        ]
+        if logger.isEnabledFor(logging.DEBUG):
+            shapes = {n: tuple(v.shape) for n, v in given.items()}
+            logger.debug("%r %s: %d request(s) of %s", self, what, len(requests), shapes)
+        return Call(requests, timeout)
+
+    def _enqueue(self, call: Call) -> None:
+        """Queue the call's requests (a deadline timer armed); the pump hands them to the backend."""
+        with self._lock:
+            if self._state is not BackendState.OPEN:
+                raise BackendStateError(f"{self!r}: submit() needs an open backend (state {self._state.value})")
+            self._calls.add(call)
+            self._queue.extend((call, index) for index in range(len(call.requests)))
+        # A weak reference: the future keeps its callbacks, so a strong one would make a cycle that keeps every
+        # result alive until the garbage collector runs (shared-memory outputs are leased until their arrays go).
+        call.future.add_done_callback(functools.partial(self._forget, weakref.ref(call)))
+        deadline = call.requests[0].deadline
+        if deadline is not None:
+            call.timer = call_at(deadline, functools.partial(self._expire, call))
+        self._pump()
+
+    def _start_here(self, call: Call) -> bool:
+        """Take a place among the ``max_in_flight`` for a call run on this thread; False when none is free
+        (or requests wait in the queue, which go first)."""
+        with self._lock:
+            if self._state is not BackendState.OPEN:
+                raise BackendStateError(f"{self!r}: infer() needs an open backend (state {self._state.value})")
+            if self._queue or self._in_flight >= self.options.max_in_flight:
+                return False
+            self._calls.add(call)  # close() waits for it and, past its deadline, fails it like any other
+            self._in_flight += 1
+            call.running.add(0)
+        return True
+
+    def _run_here(self, call: Call) -> dict[str, ArrayLike]:
+        """Run the call's one request on this thread; its deadline is the backend's to keep (no timer entry).
+
+        ``close()`` or the deadline may fail the call meanwhile (and ``_cancel`` the request); the caller
+        then gets that error, whatever the backend returns later.
+        """
+        try:
+            outputs = self._infer_here(call.requests[0])
+        except BaseException as exc:  # whatever the backend raised goes where a submitted request's would
+            self._release(call, 0)
+            self._conclude(call, 0, None, exc)
+        else:
+            self._release(call, 0)
+            self._conclude(call, 0, outputs, None)
+            del outputs
+        with self._lock:
+            self._calls.discard(call)
+            self._lock.notify_all()
+            queued = bool(self._queue)
+        if queued:  # requests submitted while this one held its place
+            self._pump()
+        return call.future.result()
+
     def _signature_if_open(self, what: str) -> ModelSignature:
         with self._lock:
             if self._state is not BackendState.OPEN or self._signature is None:
@@ -322,35 +395,50 @@ class BaseBackend(ABC):
         child.add_done_callback(functools.partial(self._finished, call, index))
 
     def _finished(self, call: Call, index: int, child: Future[Mapping[str, ArrayLike]]) -> None:
+        self._release(call, index)
+        try:
+            outputs = child.result()
+        except BaseException as exc:  # the backend's error, or the child's cancellation
+            self._conclude(call, index, None, exc)
+        else:
+            self._conclude(call, index, outputs, None)
+            del outputs
+        self._pump()
+
+    def _release(self, call: Call, index: int) -> None:
+        """A request is no longer out: its place among the ``max_in_flight`` is free."""
         with self._lock:
             self._in_flight -= 1
             call.running.discard(index)
             self._lock.notify_all()
-        try:
-            outputs = self._checked(call, index, child)
-        except InferenceTimeoutError as exc:
-            if call.timeout_s is None:  # the backend's own limit, not the caller's deadline
+
+    def _conclude(
+        self, call: Call, index: int, outputs: Mapping[str, ArrayLike] | None, error: BaseException | None
+    ) -> None:
+        """One request's outcome into its call: outputs checked and kept (the last completes the call), or the
+        call failed with the backend's error (a foreign one as ``InferenceError``)."""
+        if error is None:
+            try:
+                checked = self._checked(call, index, outputs or {})
+            except BaseException as exc:  # a wrong answer fails the call, not the thread that delivered it
                 self._fail(call, exc)
-            else:  # the backend saw the caller's deadline first: one message either way
-                self._expire(call, cause=exc)
-        except BaseException as exc:  # whatever the backend raised goes to the caller's future
-            self._fail(call, exc)
-        else:
-            parts = call.store(index, outputs)
+                return
+            parts = call.store(index, checked)
             if parts is not None:
                 complete(call.future, result=join(parts))
-        self._pump()
+        elif isinstance(error, InferenceTimeoutError) and call.timeout_s is not None:
+            self._expire(call, cause=error)  # the backend saw the caller's deadline first: one message either way
+        elif isinstance(error, MonaiTritonError) or not isinstance(error, Exception):
+            self._fail(call, error)
+        else:
+            failure = InferenceError(f"model {self.model_name!r}: {self.kind} backend failed: {error!r}")
+            failure.__cause__ = error
+            self._fail(call, failure)
 
-    def _checked(self, call: Call, index: int, child: Future[Mapping[str, ArrayLike]]) -> dict[str, ArrayLike]:
+    def _checked(self, call: Call, index: int, outputs: Mapping[str, ArrayLike]) -> dict[str, ArrayLike]:
         """The request's outputs, checked (names, dtypes, batch) and in the caller's family."""
         request = call.requests[index]
-        try:
-            outputs = child.result()
-        except MonaiTritonError:
-            raise
-        except Exception as exc:
-            raise InferenceError(f"model {self.model_name!r}: {self.kind} backend failed: {exc!r}") from exc
-        if set(outputs) != set(request.outputs):
+        if outputs.keys() != set(request.outputs):
             raise InferenceError(
                 f"model {self.model_name!r} returned outputs {sorted(outputs)}, requested {list(request.outputs)}"
             )

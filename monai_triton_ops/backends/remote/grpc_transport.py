@@ -41,6 +41,7 @@ def _error(exc: InferenceServerException) -> CallError:
 
 class GrpcTransport(Transport):
     protocol = "grpc"
+    any_thread = True  # one thread-safe client; every call has its deadline; close() ends calls still out
 
     def __init__(self, endpoint: Endpoint, settings: TransportSettings) -> None:
         self.url = endpoint.url

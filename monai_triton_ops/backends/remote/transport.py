@@ -69,6 +69,8 @@ class Transport(ABC):
 
     protocol: str
     url: str
+    #: Whether any thread may call ``infer`` (else only the backend's workers may, each with its own client).
+    any_thread: bool = False
 
     @abstractmethod
     def infer(
