@@ -44,11 +44,11 @@ from ..errors import (
     UsageError,
 )
 from ..signature import ModelSignature
-from ..validation import dtype_name, validate_inputs
-from .arrays import ArrayFamily, ArrayLike, batch_of, join, split, to_family
+from ..validation import InputChecks, check_outputs
+from .arrays import ArrayFamily, ArrayLike, batch_of, join, to_family
 from .deadlines import call_at
 from .options import BackendOptions
-from .requests import Call, InferRequest, complete, unwrapped, wanted_outputs
+from .requests import Call, InferRequest, complete, split_requests, wanted_outputs
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -106,8 +106,10 @@ class BaseBackend(ABC):
         self.urls = tuple(urls)
         self.options = options
         self._state = BackendState.NEW
-        self._lock = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()  # a plain lock on the per-request path (a Condition's `with` is Python code)
+        self._drained = threading.Condition(self._lock)  # what close() waits on: requests and calls ending
         self._signature: ModelSignature | None = None
+        self._check_inputs: InputChecks | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._queue: deque[tuple[Call, int]] = deque()
         self._calls: set[Call] = set()
@@ -175,6 +177,7 @@ class BaseBackend(ABC):
                 raise BackendStateError(f"{self!r}: cannot reopen a backend once it has been closed")
             if self._state is BackendState.NEW:
                 self._signature = self._open()
+                self._check_inputs = InputChecks(self._signature)
                 if type(self)._submit is BaseBackend._submit:
                     self._pool = ThreadPoolExecutor(
                         self.options.max_in_flight, thread_name_prefix=f"{self.kind}-{self.model_name}"
@@ -197,7 +200,7 @@ class BaseBackend(ABC):
             self._state = BackendState.CLOSING
             end = time.monotonic() + limit
             while self._busy() and (remaining := end - time.monotonic()) > 0:
-                self._lock.wait(remaining)
+                self._drained.wait(remaining)
             leftover = [call for call in self._calls if not call.future.done()]
             self._queue.clear()
         for call in leftover:
@@ -282,23 +285,17 @@ class BaseBackend(ABC):
         self, what: str, inputs: Mapping[str, ArrayLike], outputs: Sequence[str] | None, timeout_s: float | None
     ) -> Call:
         """The checked call: inputs validated, requests within ``max_batch_size``, its deadline fixed."""
-        signature = self._signature_if_open(what)
-        validate_inputs(signature, inputs)
+        signature, check_inputs = self._signature_if_open(what)
+        check_inputs(inputs)
         wanted = wanted_outputs(signature, outputs)
         timeout = self.options.timeout_s if timeout_s is None else timeout_s
         if timeout is not None and not timeout > 0:
             raise UsageError(f"model {self.model_name!r}: timeout_s must be > 0 seconds, got {timeout!r}")
-        given = {name: unwrapped(inputs[name]) for name in signature.input_names}
-        family = ArrayFamily.of(given[signature.input_names[0]])
-        deadline = None if timeout is None else time.monotonic() + timeout
-        requests = [
-            InferRequest(model=self.model_name, inputs=part, outputs=wanted, family=family, deadline=deadline)
-            for part in self._parts(signature, given)
-        ]
+        call = Call(split_requests(self.model_name, signature, inputs, wanted, timeout), timeout)
         if logger.isEnabledFor(logging.DEBUG):
-            shapes = {n: tuple(v.shape) for n, v in given.items()}
-            logger.debug("%r %s: %d request(s) of %s", self, what, len(requests), shapes)
-        return Call(requests, timeout)
+            shapes = {n: tuple(v.shape) for n, v in inputs.items()}
+            logger.debug("%r %s: %d request(s) of %s", self, what, len(call.requests), shapes)
+        return call
 
     def _enqueue(self, call: Call) -> None:
         """Queue the call's requests (a deadline timer armed); the pump hands them to the backend."""
@@ -334,34 +331,38 @@ class BaseBackend(ABC):
         ``close()`` or the deadline may fail the call meanwhile (and ``_cancel`` the request); the caller
         then gets that error, whatever the backend returns later.
         """
+        outputs: Mapping[str, ArrayLike] | None = None
+        error: BaseException | None = None
         try:
-            outputs = self._infer_here(call.requests[0])
-        except BaseException as exc:  # whatever the backend raised goes where a submitted request's would
-            self._release(call, 0)
-            self._conclude(call, 0, None, exc)
-        else:
-            self._release(call, 0)
-            self._conclude(call, 0, outputs, None)
-            del outputs
-        with self._lock:
-            self._calls.discard(call)
-            self._lock.notify_all()
-            queued = bool(self._queue)
+            try:
+                outputs = self._infer_here(call.requests[0])
+            except BaseException as exc:  # whatever the backend raised goes where a submitted request's would
+                error = exc
+            with self._lock:
+                call.running.discard(0)  # over: nothing left for a cancel to stop
+            self._conclude(call, 0, outputs, error)
+            outputs = error = None  # the error's traceback holds this frame: no cycle left behind
+        finally:  # its place and its call go together, once the caller's future holds the outcome
+            with self._lock:
+                self._in_flight -= 1
+                call.running.discard(0)
+                self._calls.discard(call)
+                self._wake_close()
+                queued = bool(self._queue)
         if queued:  # requests submitted while this one held its place
             self._pump()
         return call.future.result()
 
-    def _signature_if_open(self, what: str) -> ModelSignature:
+    def _signature_if_open(self, what: str) -> tuple[ModelSignature, InputChecks]:
         with self._lock:
-            if self._state is not BackendState.OPEN or self._signature is None:
+            if self._state is not BackendState.OPEN or self._signature is None or self._check_inputs is None:
                 raise BackendStateError(f"{self!r}: {what} needs an open backend (state {self._state.value})")
-            return self._signature
+            return self._signature, self._check_inputs
 
-    def _parts(self, signature: ModelSignature, inputs: dict[str, ArrayLike]) -> list[dict[str, ArrayLike]]:
-        limit = signature.max_batch_size
-        if signature.batch_axis != 0 or limit <= 0 or batch_of(inputs) <= limit:
-            return [inputs]
-        return split(inputs, limit)
+    def _wake_close(self) -> None:
+        """A request or call ended: wake ``close()`` if it waits for them (lock held; only it waits on the lock)."""
+        if self._state is BackendState.CLOSING:
+            self._drained.notify_all()
 
     def _busy(self) -> bool:
         """Calls not yet completed (their futures remove them), or requests still out (lock held)."""
@@ -410,7 +411,7 @@ class BaseBackend(ABC):
         with self._lock:
             self._in_flight -= 1
             call.running.discard(index)
-            self._lock.notify_all()
+            self._wake_close()
 
     def _conclude(
         self, call: Call, index: int, outputs: Mapping[str, ArrayLike] | None, error: BaseException | None
@@ -423,8 +424,10 @@ class BaseBackend(ABC):
             except BaseException as exc:  # a wrong answer fails the call, not the thread that delivered it
                 self._fail(call, exc)
                 return
-            parts = call.store(index, checked)
-            if parts is not None:
+            if len(call.requests) == 1:
+                if call.settle():
+                    complete(call.future, result=checked)
+            elif (parts := call.store(index, checked)) is not None:
                 complete(call.future, result=join(parts))
         elif isinstance(error, InferenceTimeoutError) and call.timeout_s is not None:
             self._expire(call, cause=error)  # the backend saw the caller's deadline first: one message either way
@@ -438,24 +441,8 @@ class BaseBackend(ABC):
     def _checked(self, call: Call, index: int, outputs: Mapping[str, ArrayLike]) -> dict[str, ArrayLike]:
         """The request's outputs, checked (names, dtypes, batch) and in the caller's family."""
         request = call.requests[index]
-        if outputs.keys() != set(request.outputs):
-            raise InferenceError(
-                f"model {self.model_name!r} returned outputs {sorted(outputs)}, requested {list(request.outputs)}"
-            )
-        signature = self.signature
         batch = batch_of(request.inputs) if len(call.requests) > 1 else None
-        for name in request.outputs:
-            value, spec = outputs[name], signature.output(name)
-            actual = dtype_name(value)
-            if actual != spec.dtype:
-                raise InferenceError(
-                    f"model {self.model_name!r} output {name!r}: expected dtype {spec.dtype}, got {actual}"
-                )
-            if batch is not None and (len(value.shape) == 0 or int(value.shape[0]) != batch):
-                raise InferenceError(
-                    f"model {self.model_name!r} output {name!r}: expected a batch of {batch}, got shape "
-                    f"{list(value.shape)}"
-                )
+        check_outputs(self.signature, request.outputs, outputs, batch=batch)
         return {name: to_family(outputs[name], request.family) for name in request.outputs}
 
     def _run_sync(self, request: InferRequest) -> Mapping[str, ArrayLike]:
@@ -498,6 +485,6 @@ class BaseBackend(ABC):
         call.drop_results()  # the timer heap may hold the call a while longer; the caller's future has them
         with self._lock:
             self._calls.discard(call)
-            self._lock.notify_all()
+            self._wake_close()
         if future.cancelled() and call.settle():  # the caller cancelled: stop what is running
             self._cancel_running(call)

@@ -17,7 +17,7 @@ import torch
 
 from ..errors import InputValidationError
 from ..signature import ModelSignature
-from .arrays import ArrayFamily, ArrayLike, as_torch
+from .arrays import ArrayFamily, ArrayLike, as_torch, batch_of, split
 from .deadlines import Timer
 
 
@@ -73,6 +73,26 @@ class Call:
                 return False
             self._settled = True
             return True
+
+
+def split_requests(
+    model: str,
+    signature: ModelSignature,
+    inputs: Mapping[str, ArrayLike],
+    outputs: tuple[str, ...],
+    timeout_s: float | None,
+) -> list[InferRequest]:
+    """The requests of one call: its (validated) inputs in signature order, in parts of at most ``max_batch_size``
+    along the batch axis, all with the same deadline."""
+    given = {name: unwrapped(inputs[name]) for name in signature.input_names}
+    family = ArrayFamily.of(given[signature.input_names[0]])
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    limit = signature.max_batch_size
+    whole = signature.batch_axis != 0 or limit <= 0 or batch_of(given) <= limit
+    return [
+        InferRequest(model=model, inputs=part, outputs=outputs, family=family, deadline=deadline)
+        for part in ([given] if whole else split(given, limit))
+    ]
 
 
 def unwrapped(value: ArrayLike) -> ArrayLike:

@@ -17,6 +17,7 @@ import logging
 import math
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,8 @@ Outputs = dict[str, Any]
 Key = tuple[Any, ...]
 #: Input shapes remembered with the output sizes they produced (bounded: shapes can vary without end).
 _SIZE_MEMORY = 64
+#: Shared memory requests whose wire objects are kept (slots x request shapes in use).
+_KEPT_WIRES = 256
 #: Statuses after which the server may still read or write a request's slot.
 _UNFINISHED = frozenset({Status.DEADLINE, Status.CANCELLED, Status.UNAVAILABLE})
 
@@ -73,17 +76,26 @@ class OutputSizes:
 
 @dataclass
 class _Plan:
-    inputs: list[WireInput]
-    outputs: list[WireOutput]
+    inputs: Sequence[WireInput]
+    outputs: Sequence[WireOutput]
     slot: Slot | None = None
     reserved: dict[str, ShmRef] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: a key of ``Exchange._wires``
 class _Layout:
     inputs: tuple[tuple[int, int], ...]  # (offset, bytes) of each input, in order
     outputs: dict[str, tuple[int, int]]  # (offset, bytes) reserved for outputs of a known size
     size: int
+
+
+@dataclass(frozen=True)
+class _Wire:
+    """A shared memory request's tensors as the transport sends them: the same objects for the same slot and layout."""
+
+    inputs: tuple[WireInput, ...]
+    outputs: tuple[WireOutput, ...]
+    reserved: dict[str, ShmRef]
 
 
 class _Outgrew(Exception):
@@ -101,6 +113,7 @@ class Exchange:
         self.fallback = fallback
         self.sizes = OutputSizes()
         self._layouts: dict[Key, _Layout] = {}
+        self._wires: dict[tuple[str, _Layout], _Wire] = {}
         self._buffers = BufferPool()  # outputs from response bodies
         self._input_types = {spec.name: spec.dtype for spec in signature.inputs}
         self._output_types = {spec.name: (spec.dtype, dtype_to_numpy(spec.dtype)) for spec in signature.outputs}
@@ -162,17 +175,33 @@ class Exchange:
             return self._body_plan(arrays, outputs)
         region = slot.region
         assert region is not None  # noqa: S101 - acquire() sizes the slot
-        inputs = []
         try:
-            for (name, array), (start, size) in zip(arrays.items(), layout.inputs, strict=True):
+            for array, (start, _) in zip(arrays.values(), layout.inputs, strict=True):
                 region.write(array, start)
-                ref = ShmRef(region.name, size, start)
-                inputs.append(WireInput(name, self._input_types[name], array.shape, shm=ref))
         except BaseException:
             pool.release(slot)  # nothing was sent: the slot serves the next request
             raise
-        reserved = {n: ShmRef(region.name, size, start) for n, (start, size) in layout.outputs.items()}
-        return _Plan(inputs, [WireOutput(n, shm=reserved.get(n)) for n in outputs], slot, reserved)
+        wire = self._wires.get((region.name, layout)) if key is not None else None
+        if wire is None:
+            wire = self._wire(region.name, layout, arrays, outputs, keep=key is not None)
+        return _Plan(wire.inputs, wire.outputs, slot, wire.reserved)
+
+    def _wire(
+        self, region: str, layout: _Layout, arrays: dict[str, np.ndarray], outputs: tuple[str, ...], *, keep: bool
+    ) -> _Wire:
+        """The tensors of a request in ``region`` placed by ``layout``; kept (a transport keeps what it builds from
+        the same objects: ``RequestBuilder``)."""
+        inputs = tuple(
+            WireInput(name, self._input_types[name], array.shape, shm=ShmRef(region, size, start))
+            for (name, array), (start, size) in zip(arrays.items(), layout.inputs, strict=True)
+        )
+        reserved = {n: ShmRef(region, size, start) for n, (start, size) in layout.outputs.items()}
+        wire = _Wire(inputs, tuple(WireOutput(n, shm=reserved.get(n)) for n in outputs), reserved)
+        if keep:
+            if len(self._wires) >= _KEPT_WIRES:
+                self._wires.clear()
+            self._wires[(region, layout)] = wire
+        return wire
 
     def _layout(self, arrays: dict[str, np.ndarray], outputs: tuple[str, ...], key: Key | None) -> _Layout:
         """Inputs, then the outputs whose size is known, at aligned offsets of one slot; kept per request shape."""
@@ -234,7 +263,8 @@ class Exchange:
             sizes[name] = nbytes
         if in_slot:
             outputs.update(self._from_slot(plan, in_slot))
-        if self.pool is not None and self.sizes.learn(key, sizes):
+        # Every output fitting the place its learned size gave it: nothing new to learn (the common case).
+        if self.pool is not None and len(in_slot) < len(names) and self.sizes.learn(key, sizes):
             self._layouts.pop(key, None)  # places change with the sizes learned
         return outputs
 

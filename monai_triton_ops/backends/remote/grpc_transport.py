@@ -168,7 +168,7 @@ class _GrpcResult(WireResult):
         return self._response.outputs[self._index[name]]
 
     def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(int(d) for d in self._output(name).shape)
+        return tuple(self._output(name).shape)  # a repeated int64 field: ints already
 
     def datatype(self, name: str) -> str:
         return str(self._output(name).datatype)
