@@ -328,16 +328,20 @@ class BaseBackend(ABC):
     def _run_here(self, call: Call) -> dict[str, ArrayLike]:
         """Run the call's one request on this thread; its deadline is the backend's to keep (no timer entry).
 
-        ``close()`` or the deadline may fail the call meanwhile (and ``_cancel`` the request); the caller
-        then gets that error, whatever the backend returns later.
+        An answer after the deadline is the deadline's error, as on a worker. ``close()`` may fail the
+        call meanwhile (and ``_cancel`` the request); the caller then gets that error, whatever the
+        backend returns later.
         """
+        request = call.requests[0]
         outputs: Mapping[str, ArrayLike] | None = None
         error: BaseException | None = None
         try:
             try:
-                outputs = self._infer_here(call.requests[0])
+                outputs = self._infer_here(request)
             except BaseException as exc:  # whatever the backend raised goes where a submitted request's would
                 error = exc
+            if error is None and request.deadline is not None and time.monotonic() > request.deadline:
+                error = InferenceTimeoutError("the answer came after the deadline")  # as a timer would have had it
             with self._lock:
                 call.running.discard(0)  # over: nothing left for a cancel to stop
             self._conclude(call, 0, outputs, error)

@@ -15,6 +15,8 @@ A request, from the base's ``submit()`` to the wire (``docs/remote.md`` draws it
 
 One pool, one future per request (the pool's), retries as a plain loop on the worker: a transient
 error waits its backoff there (ended early by a cancel) and tries again while the deadline allows.
+Over gRPC, ``infer()`` runs ``_run`` on the caller's thread instead (``_infer_here``: no hand-off);
+HTTP clients belong to the workers' threads, so HTTP requests always go to the pool.
 """
 
 from __future__ import annotations

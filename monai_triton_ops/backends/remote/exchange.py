@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -80,6 +81,7 @@ class _Plan:
     outputs: Sequence[WireOutput]
     slot: Slot | None = None
     reserved: dict[str, ShmRef] = field(default_factory=dict)
+    deadline: float | None = None  # the request's: calls made for it on the way (a registration) end by then
 
 
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: a key of ``Exchange._wires``
@@ -138,7 +140,7 @@ class Exchange:
         remaining = request.remaining_s()
         if remaining is not None and remaining <= 0:
             raise CallError(Status.DEADLINE, "the deadline passed before the request was sent")
-        plan = self._plan(arrays, request.outputs, key if shm_outputs else None)
+        plan = self._plan(arrays, request.outputs, key if shm_outputs else None, request.deadline)
         try:
             result = transport.infer(
                 self.name, self.version, plan.inputs, plan.outputs, timeout_s=remaining or _NO_DEADLINE_S
@@ -160,16 +162,23 @@ class Exchange:
         return outputs
 
     # -- where tensors go -------------------------------------------------------------------------
-    def _plan(self, arrays: dict[str, np.ndarray], outputs: tuple[str, ...], key: Key | None) -> _Plan:
+    def _plan(
+        self, arrays: dict[str, np.ndarray], outputs: tuple[str, ...], key: Key | None, deadline: float | None
+    ) -> _Plan:
         pool = self.pool
         if pool is None or any(a.dtype.kind == "O" for a in arrays.values()):
             return self._body_plan(arrays, outputs)
         layout = self._layout(arrays, outputs, key)
         try:
-            slot = pool.acquire(layout.size)
+            slot = pool.acquire(layout.size, deadline=deadline)
         except (OSError, CallError) as exc:
             exhausted = isinstance(exc, PoolExhausted)  # a bounded pool, in any mode: this one request in the body
-            if not (self.fallback or exhausted) or (isinstance(exc, CallError) and exc.status is Status.CANCELLED):
+            over = deadline is not None and time.monotonic() >= deadline  # no time left for the body either
+            if (
+                not (self.fallback or exhausted)
+                or over
+                or (isinstance(exc, CallError) and exc.status is Status.CANCELLED)
+            ):
                 raise
             logger.warning("model %r: no shared memory slot (%s); this request goes in the body", self.name, exc)
             return self._body_plan(arrays, outputs)
@@ -184,7 +193,7 @@ class Exchange:
         wire = self._wires.get((region.name, layout)) if key is not None else None
         if wire is None:
             wire = self._wire(region.name, layout, arrays, outputs, keep=key is not None)
-        return _Plan(wire.inputs, wire.outputs, slot, wire.reserved)
+        return _Plan(wire.inputs, wire.outputs, slot, wire.reserved, deadline)
 
     def _wire(
         self, region: str, layout: _Layout, arrays: dict[str, np.ndarray], outputs: tuple[str, ...], *, keep: bool
@@ -238,7 +247,7 @@ class Exchange:
         if reuse:
             pool.release(slot)
         else:
-            pool.quarantine(slot)
+            pool.quarantine(slot, deadline=plan.deadline)
 
     # -- results ----------------------------------------------------------------------------------
     def _read(self, plan: _Plan, result: WireResult, names: tuple[str, ...], key: Key) -> Outputs:
