@@ -332,21 +332,26 @@ class BaseBackend(ABC):
         call meanwhile (and ``_cancel`` the request); the caller then gets that error, whatever the
         backend returns later.
         """
-        request = call.requests[0]
-        outputs: Mapping[str, ArrayLike] | None = None
-        error: BaseException | None = None
+        request, result = call.requests[0], None
         try:
             try:
                 outputs = self._infer_here(request)
+                if request.deadline is not None and time.monotonic() > request.deadline:
+                    raise InferenceTimeoutError("the answer came after the deadline")  # as a timer would have had it
             except BaseException as exc:  # whatever the backend raised goes where a submitted request's would
-                error = exc
-            if error is None and request.deadline is not None and time.monotonic() > request.deadline:
-                error = InferenceTimeoutError("the answer came after the deadline")  # as a timer would have had it
-            with self._lock:
-                call.running.discard(0)  # over: nothing left for a cancel to stop
-            self._conclude(call, 0, outputs, error)
-            outputs = error = None  # the error's traceback holds this frame: no cycle left behind
-        finally:  # its place and its call go together, once the caller's future holds the outcome
+                with self._lock:
+                    call.running.discard(0)  # over: nothing left for a cancel to stop
+                self._conclude(call, 0, None, exc)
+            else:
+                try:
+                    checked = self._checked(call, 0, outputs)
+                except BaseException as exc:  # a wrong answer
+                    self._fail(call, exc)
+                else:
+                    if call.settle():  # not failed meanwhile by close(): the caller's, with no future to pass through
+                        result = checked
+                del outputs
+        finally:  # its place and its call go together, once the outcome is settled
             with self._lock:
                 self._in_flight -= 1
                 call.running.discard(0)
@@ -355,13 +360,15 @@ class BaseBackend(ABC):
                 queued = bool(self._queue)
         if queued:  # requests submitted while this one held its place
             self._pump()
-        return call.future.result()
+        return result if result is not None else call.future.result()
 
     def _signature_if_open(self, what: str) -> tuple[ModelSignature, InputChecks]:
-        with self._lock:
-            if self._state is not BackendState.OPEN or self._signature is None or self._check_inputs is None:
-                raise BackendStateError(f"{self!r}: {what} needs an open backend (state {self._state.value})")
-            return self._signature, self._check_inputs
+        """No lock: each attribute is read at once, and queueing or starting a request checks the state again under
+        the lock."""
+        signature, check_inputs = self._signature, self._check_inputs
+        if self._state is not BackendState.OPEN or signature is None or check_inputs is None:
+            raise BackendStateError(f"{self!r}: {what} needs an open backend (state {self._state.value})")
+        return signature, check_inputs
 
     def _wake_close(self) -> None:
         """A request or call ended: wake ``close()`` if it waits for them (lock held; only it waits on the lock)."""

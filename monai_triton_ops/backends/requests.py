@@ -40,7 +40,7 @@ class Call:
     """One ``submit()``: its requests, their results so far, and the caller's future."""
 
     def __init__(self, requests: list[InferRequest], timeout_s: float | None) -> None:
-        self.future: Future[dict[str, ArrayLike]] = Future()
+        self._future: Future[dict[str, ArrayLike]] | None = None
         self.requests = requests
         self.timeout_s = timeout_s
         self.started = time.monotonic()
@@ -50,6 +50,17 @@ class Call:
         self._left = len(requests)
         self._settled = False
         self._lock = threading.Lock()
+
+    @property
+    def future(self) -> Future[dict[str, ArrayLike]]:
+        """The caller's future, made on first use (an ``infer()`` run on the caller's thread that succeeds has none)."""
+        future = self._future
+        if future is None:
+            with self._lock:
+                if self._future is None:
+                    self._future = Future()
+                future = self._future
+        return future
 
     def store(self, index: int, outputs: Mapping[str, ArrayLike]) -> list[Mapping[str, ArrayLike]] | None:
         """Keep one request's outputs; all of them, in order, once the last arrives."""
