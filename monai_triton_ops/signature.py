@@ -186,15 +186,14 @@ class ModelSignature:
 
     def input(self, name: str) -> TensorSpec:
         """The input spec called ``name``."""
-        return _find(self.inputs, name, f"model {self.name!r} has no input {name!r}; inputs: {self.input_names}")
+        for spec in self.inputs:
+            if spec.name == name:
+                return spec
+        raise ConfigError(f"model {self.name!r} has no input {name!r}; inputs: {self.input_names}")
 
     def output(self, name: str) -> TensorSpec:
-        """The output spec called ``name``."""
-        return _find(self.outputs, name, f"model {self.name!r} has no output {name!r}; outputs: {self.output_names}")
-
-
-def _find(specs: tuple[TensorSpec, ...], name: str, message: str) -> TensorSpec:
-    for spec in specs:
-        if spec.name == name:
-            return spec
-    raise ConfigError(message)
+        """The output spec called ``name`` (read for every request: the message is made only when it is missing)."""
+        for spec in self.outputs:
+            if spec.name == name:
+                return spec
+        raise ConfigError(f"model {self.name!r} has no output {name!r}; outputs: {self.output_names}")
