@@ -42,7 +42,7 @@ def server(triton_install: TritonInstall, tmp_path_factory: pytest.TempPathFacto
         "'busy, try later', pb_utils.TritonError.UNAVAILABLE)))\n",
     )
     triton_models.identity(repo, "ident", dims=(-1,))
-    triton_models.slow(repo, "three_seconds", delay_s=3.0)
+    triton_models.slow(repo, "two_seconds", delay_s=2.0)
     yield from serve(repo, tmp_path_factory.mktemp("server_tmp"))
 
 
@@ -248,11 +248,11 @@ def test_inline_and_submitted_requests_share_max_in_flight(server: LocalTritonSe
 
 def test_an_inline_call_ends_at_its_deadline(server: LocalTritonServer, open_backend: Open) -> None:
     """The gRPC call carries the time left: the caller gets the deadline's error then, not when the model is done."""
-    backend = open_backend(f"{server.grpc_url}?shared_memory=system", "three_seconds")
+    backend = open_backend(f"{server.grpc_url}?shared_memory=system", "two_seconds")
     started = time.monotonic()
-    with pytest.raises(InferenceTimeoutError, match=r"model 'three_seconds': no answer within the deadline of 0\.3 s"):
+    with pytest.raises(InferenceTimeoutError, match=r"model 'two_seconds': no answer within the deadline of 0\.3 s"):
         backend.infer({"INPUT__0": _X}, timeout_s=0.3)
-    assert time.monotonic() - started < 2.5  # the model takes 3 s
+    assert time.monotonic() - started < 1.6  # the model takes 2 s
 
 
 def test_close_ends_an_inline_call_waiting_out_a_backoff(server: LocalTritonServer, open_backend: Open) -> None:
