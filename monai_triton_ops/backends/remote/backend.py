@@ -15,6 +15,8 @@ A request, from the base's ``submit()`` to the wire (``docs/remote.md`` draws it
 
 One pool, one future per request (the pool's), retries as a plain loop on the worker: a transient
 error waits its backoff there (ended early by a cancel) and tries again while the deadline allows.
+Over gRPC, ``infer()`` runs ``_run`` on the caller's thread instead (``_infer_here``: no hand-off);
+HTTP clients belong to the workers' threads, so HTTP requests always go to the pool.
 """
 
 from __future__ import annotations
@@ -216,9 +218,7 @@ class RemoteBackend(BaseBackend):
         workers = self._workers
         if workers is None:
             raise BackendStateError(f"{self!r}: not open")
-        ticket = _Ticket(request)
-        with self._tickets_lock:
-            self._tickets[id(request)] = ticket
+        ticket = self._ticket(request)
         try:
             return workers.submit(self._run, ticket)
         except BaseException:  # closing: _run will never drop it
@@ -226,8 +226,25 @@ class RemoteBackend(BaseBackend):
                 self._tickets.pop(id(request), None)
             raise
 
+    def _can_infer_here(self) -> bool:
+        """Over a transport any thread may use (gRPC): every call carries the request's time left and ends when
+        ``close()`` closes the channel, so ``infer()`` runs on the caller's thread. HTTP clients are the workers'."""
+        transport = self._transport
+        return transport is not None and transport.any_thread and os.getpid() == self._pid
+
+    def _infer_here(self, request: InferRequest) -> Outputs:
+        return self._run(self._ticket(request))
+
+    def _ticket(self, request: InferRequest) -> _Ticket:
+        """The request's ticket, where ``_cancel`` finds it until ``_run`` ends."""
+        ticket = _Ticket(request)
+        with self._tickets_lock:
+            self._tickets[id(request)] = ticket
+        return ticket
+
     def _run(self, ticket: _Ticket) -> Outputs:
-        """One request on a worker thread: attempts in a plain loop, each inside the request's deadline."""
+        """One request on a worker (or the ``infer()`` caller's) thread: attempts in a plain loop, each inside the
+        request's deadline."""
         request, started = ticket.request, time.monotonic()
         attempt = 0
         try:

@@ -44,6 +44,7 @@ def _error(exc: InferenceServerException) -> CallError:
 
 class GrpcTransport(Transport):
     protocol = "grpc"
+    any_thread = True  # one thread-safe client; every call has its deadline; close() ends calls still out
 
     def __init__(self, endpoint: Endpoint, settings: TransportSettings) -> None:
         self.url = endpoint.url
@@ -200,7 +201,7 @@ class _GrpcResult(WireResult):
         return self._response.outputs[self._index[name]]
 
     def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(int(d) for d in self._output(name).shape)
+        return tuple(self._output(name).shape)  # a repeated int64 field: ints already
 
     def datatype(self, name: str) -> str:
         return str(self._output(name).datatype)
