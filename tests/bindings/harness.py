@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+#: A model load that takes longer is stuck (a numpy stub loads in a second, a torch one in ~10 s on a busy machine).
+LOAD_TIMEOUT_S = 300.0
 
 
 def light_import() -> None:
@@ -92,10 +94,14 @@ def start_server(
     server = b.TRITONSERVER_Server(options)
     options.delete()
     started = Started(server=server, workdir=workdir, log_path=log_path, shm_prefix=prefix, saved_environ=saved)
-    # at once: each Python-backend stub spends most of its start importing (torch), and Triton loads in parallel
-    with concurrent.futures.ThreadPoolExecutor(max(1, len(models))) as loading:
+    # at once: each Python-backend stub spends most of its start importing, and Triton loads in parallel
+    loading = concurrent.futures.ThreadPoolExecutor(max(1, len(models)))
+    try:
         for future in [loading.submit(server.load_model, model) for model in models]:
-            future.result()
+            # bounded: a load stuck in C must fail the test, not hang the run (joining its thread would)
+            future.result(timeout=LOAD_TIMEOUT_S)
+    finally:
+        loading.shutdown(wait=False, cancel_futures=True)
     return started
 
 
