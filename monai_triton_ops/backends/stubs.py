@@ -146,12 +146,19 @@ def watch_load(load: Callable[[], None], name: str, said: Callable[[], str], on_
             if dead is None:
                 raise
             raise b.UnavailableError(_died(name, dead, said())) from exc
-        if dead is None:
-            dead = next((c for c in stub_children() if c.zombie and c.pid not in before), None)
-            dead_at = time.monotonic()
-        elif time.monotonic() - dead_at > DEATH_GRACE_S:
+        if dead is None or dead.exit_status == 0:
+            # a stub that exited 0 may be one of Triton's own short-lived launches: one that failed explains more
+            found = _new_zombies(before)
+            if dead is None and found:
+                dead_at = time.monotonic()
+            dead = next((c for c in found if c.exit_status != 0), dead or (found[0] if found else None))
+        if dead is not None and time.monotonic() - dead_at > DEATH_GRACE_S:
             on_stuck()
             raise b.UnavailableError(_died(name, dead, said()) + "; Triton never ended the load")
+
+
+def _new_zombies(before: set[int]) -> list[Child]:
+    return [c for c in stub_children() if c.zombie and c.pid not in before]
 
 
 def _run_into(outcome: concurrent.futures.Future[None], load: Callable[[], None]) -> None:
@@ -164,6 +171,8 @@ def _run_into(outcome: concurrent.futures.Future[None], load: Callable[[], None]
 
 
 def _died(name: str, dead: Child, cause: str) -> str:
+    again = _read_stat(dead.pid)  # read once more: the zombie's status as it is now
+    dead = again if again is not None and again.zombie else dead
     what = "stub" if dead.comm == STUB_COMM else "stub's launcher"
     text = f"model {name!r}: its Python backend {what} (pid {dead.pid}) {dead.how_it_ended()} while the model loaded"
     return f"{text}: {cause}" if cause else text
