@@ -1,20 +1,25 @@
-"""``RemoteBackend``: a model served by a Triton server, over gRPC or HTTP (``grpc://``, ``http://``, TLS variants).
+"""``RemoteBackend``: a model served by Triton servers, over gRPC or HTTP (``grpc://``, ``http://``, TLS variants).
 
-Open: wait for the server and the model within ``ready_timeout_s``, read the signature (MONAI
-metadata included) from the server, compare it with a local ``config.pbtxt`` when the caller's
-repository has one, and, when tensors go through shared memory, register a first region (so a server
-that refuses client shared memory is found at open: ``auto`` falls back to the wire with one warning,
-``system`` fails).
+Open: wait (visibly) until a server of the fleet is ready within ``ready_timeout_s``, read the
+signature (MONAI metadata included) from every ready server and check they serve the same model,
+compare it with a local ``config.pbtxt`` when the caller's repository has one, and, when tensors go
+through shared memory (one server on this host only), register a first region (so a server that
+refuses client shared memory is found at open: ``auto`` falls back to the wire with one warning,
+``system`` fails). With ``fallback=torch``, no server ready means the model runs in this process.
 
 A request, from the base's ``submit()`` to the wire (``docs/remote.md`` draws it):
 
     _submit(request)                        queue put on the worker pool (workers.py): never blocks
     _run(ticket)       on a worker thread:  the attempt loop below, bounded by the request's deadline
+      fleet.pick(tried)                     the server for this attempt (fleet.py)
       exchange.send(transport, request)     one attempt: slot or body, one blocking call, outputs (exchange.py)
         transport.infer(...)                tritonclient, a deadline on the call (grpc_/http_transport.py)
 
-One pool, one future per request (the pool's), retries as a plain loop on the worker: a transient
-error waits its backoff there (ended early by a cancel) and tries again while the deadline allows.
+One pool, one future per request (the pool's), attempts as a plain loop on the worker: a failure of
+the server (``fleet.FAILOVER``: unavailable, connection lost, its model process gone) goes at once to
+another server this request has not tried; when every server has been tried, a transient error waits
+its backoff there (ended early by a cancel) and a new round starts while ``retries`` and the deadline
+allow. An error the model reported, or the deadline, ends the loop at once.
 """
 
 from __future__ import annotations
@@ -23,22 +28,26 @@ import logging
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...errors import BackendStateError, BackendUnavailableError, ConfigError
+from ...errors import BackendStateError, BackendUnavailableError, ConfigError, ServerUnavailableError
 from ...signature import ModelSignature
 from ..base import ArrayLike, BaseBackend, InferRequest
 from ..options import BackendOptions
 from . import shm
-from .endpoints import Endpoint, TransportSettings, connect
+from .endpoints import TransportSettings, spec_endpoints
 from .exchange import Exchange, Outputs
+from .fallback import TorchFallback
+from .fleet import FAILOVER, Fleet, Server
 from .options import RemoteOptions
 from .pool import RegionPool
 from .retry import Backoff
-from .server_model import check_local_config, read_signature, wait_until_ready
+from .server_model import check_local_config
 from .translate import CallError, Status, to_public
 from .transport import Transport
 from .workers import Workers
@@ -73,6 +82,19 @@ class _Ticket:
             self._wake.wait(seconds)
 
 
+@dataclass
+class _Attempts:
+    """What one request's attempts have been: per server this round, rounds, the last failure and where."""
+
+    started: float
+    tried: Counter[Server] = field(default_factory=Counter)
+    servers: set[str] = field(default_factory=set)
+    count: int = 0
+    rounds: int = 0
+    last: CallError | None = None
+    where: str = ""
+
+
 class RemoteBackend(BaseBackend):
     """One model on a Triton server; thread-safe; see the module docstring and ``docs/remote.md``."""
 
@@ -89,18 +111,21 @@ class RemoteBackend(BaseBackend):
         options: BackendOptions | None = None,
     ) -> None:
         super().__init__(model_name, model_repository=model_repository, version=version, urls=urls, options=options)
-        self.endpoints = tuple(Endpoint.parse(url) for url in self.urls)
+        options = self.remote_options
+        self.endpoints = spec_endpoints(self.urls, options.servers)
         if not self.endpoints:
             raise ConfigError(f"model {model_name!r}: a remote backend needs a server URL, e.g. grpc://HOST:8001")
-        if len(self.endpoints) > 1:
+        if len({e.scheme for e in self.endpoints}) > 1:
             raise ConfigError(
-                f"model {model_name!r}: several servers {list(self.urls)} (failover) are not supported yet; give one"
+                f"model {model_name!r}: every server of one backend needs the same scheme, got {self.urls}"
             )
-        self.url = self.endpoints[0].url
-        options = self.remote_options
+        self.url = ",".join(e.url for e in self.endpoints)
         self._backoff = Backoff(retries=options.retries, base_s=options.backoff_s, cap_s=options.max_backoff_s)
+        self._fallback = None
+        if options.fallback == "torch":
+            self._fallback = TorchFallback(model_name, model_repository, version, max_in_flight=options.max_in_flight)
         self._workers: Workers | None = None
-        self._transport: Transport | None = None
+        self._fleet: Fleet | None = None
         self._exchange: Exchange | None = None
         self._tickets: dict[int, _Ticket] = {}
         self._tickets_lock = threading.Lock()
@@ -126,31 +151,62 @@ class RemoteBackend(BaseBackend):
         options = self.remote_options
         settings = TransportSettings.from_options(options)
         workers = Workers(f"remote-{self.model_name}", options.max_in_flight)
-        transport: Transport | None = None
+        fleet: Fleet | None = None
         try:
-            transport = connect(self.endpoints[0], settings, workers)
-            wait_until_ready(transport, self.model_name, self.version, timeout_s=options.ready_timeout_s)
-            signature = read_signature(transport, self.model_name, self.version, timeout_s=_CONTROL_TIMEOUT_S)
-            check_local_config(signature, self.model_repository, url=self.url)
-            pool = self._make_pool(transport, options)
+            fleet = Fleet(self.model_name, self.version, self.endpoints, settings, workers, options)
+            signature = self._open_fleet(fleet, options)
+            only = fleet.only_server()
+            if only is None:
+                self._refuse_system_shm(fleet, options)
+            pool = self._make_pool(only.transport, options) if only is not None else None
         except BaseException:
-            if transport is not None:
-                transport.close()
+            if fleet is not None:
+                fleet.close()
+            if self._fallback is not None:
+                self._fallback.close()
             workers.stop(join_timeout_s=_JOIN_TIMEOUT_S)
             raise
-        self._workers, self._transport = workers, transport
+        self._workers, self._fleet = workers, fleet
         version = "" if self.version is None else str(self.version)
         self._exchange = Exchange(signature, version, pool, fallback=options.shared_memory == "auto")
-        logger.info("%r: tensors via %s", self, "system shared memory" if pool else "the request body")
+        servers = len(fleet.servers)
+        logger.info(
+            "%r: %d server(s), tensors via %s", self, servers, "system shared memory" if pool else "the request body"
+        )
         return signature
 
-    def _make_pool(self, transport: Transport, options: RemoteOptions) -> RegionPool | None:
-        mode = options.shared_memory
-        if mode == "cuda":
+    def _open_fleet(self, fleet: Fleet, options: RemoteOptions) -> ModelSignature:
+        """The fleet's signature, checked against the local config; or the fallback's, when no server is ready."""
+        try:
+            signature = fleet.open(options.ready_timeout_s)
+        except ServerUnavailableError as exc:
+            if self._fallback is None:
+                raise
+            signature = self._fallback.open(str(exc))
+            fleet.adopt(signature)
+            return signature
+        check_local_config(signature, self.model_repository, url=fleet.label)
+        return signature
+
+    def _refuse_system_shm(self, fleet: Fleet, options: RemoteOptions) -> None:
+        """Several servers (or a name that may resolve to several): tensors travel in the request body."""
+        self._refuse_cuda(options)
+        if options.shared_memory == "system":
+            raise ConfigError(
+                f"model {self.model_name!r}: shared_memory=system needs one server on this host, and {fleet.label} "
+                "is several (or a name that may resolve to several); use shared_memory=auto or none"
+            )
+
+    def _refuse_cuda(self, options: RemoteOptions) -> None:
+        if options.shared_memory == "cuda":
             raise BackendUnavailableError(
                 f"{self.url}: shared_memory=cuda needs a GPU and cuda-python; it is not supported by this build yet "
                 "(use auto, system or none)"
             )
+
+    def _make_pool(self, transport: Transport, options: RemoteOptions) -> RegionPool | None:
+        self._refuse_cuda(options)
+        mode = options.shared_memory
         if mode == "none" or (mode == "auto" and not self.endpoints[0].is_loopback):
             return None
         shm.remove_stale_regions(lambda name: transport.unregister_system_shm(name, timeout_s=1.0))
@@ -195,35 +251,73 @@ class RemoteBackend(BaseBackend):
             raise
 
     def _run(self, ticket: _Ticket) -> Outputs:
-        """One request on a worker thread: attempts in a plain loop, each inside the request's deadline."""
-        request, started = ticket.request, time.monotonic()
-        attempt = 0
+        """One request on a worker thread: attempts in a plain loop over the fleet, inside the request's deadline."""
+        request = ticket.request
+        attempts = _Attempts(time.monotonic())
         try:
             while True:
-                attempt += 1
-                transport = self._transport  # points 2-3: the next healthy endpoint's transport, per attempt
-                exchange = self._exchange
+                fleet, exchange = self._fleet, self._exchange
+                if ticket.cancelled or fleet is None or exchange is None:
+                    raise self._public(CallError(Status.CANCELLED, "cancelled before it was sent"), request, attempts)
+                if self._fallback is not None and not fleet.usable():
+                    return dict(self._fallback.run(request, f"no server is up ({fleet.describe()})"))
+                server = fleet.pick(attempts.tried)
+                if server is None:
+                    if self._next_round(ticket, attempts):
+                        continue
+                    return self._give_up(request, fleet, attempts)
+                attempts.tried[server] += 1
+                attempts.count += 1
+                attempts.servers.add(server.label)
                 try:
-                    if ticket.cancelled or exchange is None or transport is None:
-                        raise CallError(Status.CANCELLED, "cancelled before it was sent")
-                    return exchange.send(transport, request)
+                    with fleet.using(server) as transport:
+                        outputs = exchange.send(transport, request)
                 except CallError as error:
-                    delay = None
-                    if error.transient and not ticket.cancelled:
-                        delay = self._backoff.delay_s(attempt, request.deadline)
-                    if delay is None:
-                        raise self._public(error, request, attempt, time.monotonic() - started) from error
-                    logger.debug("model %r attempt %d: %s; retrying in %.3f s", self.model_name, attempt, error, delay)
-                    ticket.sleep(delay)
+                    attempts.last, attempts.where = error, server.label
+                    if error.status not in FAILOVER or ticket.cancelled:
+                        raise self._public(error, request, attempts) from error
+                    fleet.failed(server, error)
+                    logger.debug("model %r attempt %d on %s: %s", self.model_name, attempts.count, server.label, error)
+                    continue
+                fleet.succeeded(server)
+                return outputs
         finally:
             with self._tickets_lock:
                 self._tickets.pop(id(request), None)
 
-    def _public(self, error: CallError, request: InferRequest, attempts: int, waited_s: float) -> Exception:
+    def _next_round(self, ticket: _Ticket, attempts: _Attempts) -> bool:
+        """Every server tried: wait the backoff for a transient error and start a new round, or ``False``."""
+        last = attempts.last
+        if last is None or not last.transient or ticket.cancelled:
+            return False
+        delay = self._backoff.delay_s(attempts.rounds + 1, ticket.request.deadline)
+        if delay is None:
+            return False
+        attempts.rounds += 1
+        logger.debug("model %r: round %d failed (%s); again in %.3f s", self.model_name, attempts.rounds, last, delay)
+        ticket.sleep(delay)
+        attempts.tried.clear()
+        return True
+
+    def _give_up(self, request: InferRequest, fleet: Fleet, attempts: _Attempts) -> Outputs:
+        """No attempt left: the fallback when the servers failed (not the model), else the caller's error."""
+        last = attempts.last
+        if last is None:  # no server could take it at all (every one unchecked or serving another model)
+            last = CallError(Status.UNAVAILABLE, f"no server can take it: {fleet.describe()}")
+            attempts.where = fleet.label
+        error = self._public(last, request, attempts)
+        if self._fallback is not None and last.status in FAILOVER:
+            return dict(self._fallback.run(request, str(error)))
+        raise error
+
+    def _public(self, error: CallError, request: InferRequest, attempts: _Attempts) -> Exception:
         """The caller's error for the last attempt's ``error``: what the status means, and what we know."""
-        exc: Exception = to_public(error, model=self.model_name, url=self.url, waited_s=waited_s)
-        if attempts > 1:
-            exc = type(exc)(f"{exc} (after {attempts} attempts in {waited_s:.3g} s)")
+        waited_s = time.monotonic() - attempts.started
+        where = attempts.where or self.url
+        exc: Exception = to_public(error, model=self.model_name, url=where, waited_s=waited_s)
+        if attempts.count > 1:
+            servers = f" on {len(attempts.servers)} servers" if len(attempts.servers) > 1 else ""
+            exc = type(exc)(f"{exc} (after {attempts.count} attempts{servers} in {waited_s:.3g} s)")
         signature = self.signature
         text = [n for n in request.inputs if signature.input(n).dtype == "BYTES"]
         if text and error.status in (Status.INTERNAL, Status.MODEL_DOWN):  # what we know, not what the message says
@@ -242,35 +336,44 @@ class RemoteBackend(BaseBackend):
 
     def _close(self) -> None:
         exchange, self._exchange = self._exchange, None
-        transport, self._transport = self._transport, None
+        fleet, self._fleet = self._fleet, None
         workers, self._workers = self._workers, None
-        if os.getpid() != self._pid:  # a forked child: the parent's channel, threads and regions are not ours
+        if os.getpid() != self._pid:  # a forked child: the parent's channels, threads and regions are not ours
             return
         if exchange is not None and exchange.pool is not None:
             exchange.pool.close(time.monotonic() + _CONTROL_TIMEOUT_S)
-        if transport is not None:
-            transport.close()
+        if fleet is not None:
+            fleet.close()
+        if self._fallback is not None:
+            self._fallback.close()
         if workers is not None:
             workers.stop(join_timeout_s=_JOIN_TIMEOUT_S)
 
     # -- server information -------------------------------------------------------------------------
+    @property
+    def servers(self) -> dict[str, str]:
+        """Every server of the fleet and its state (``up``, ``suspect``, ``down``, ``new``, ``excluded``)."""
+        fleet = self._fleet
+        return {} if fleet is None else {s.label: s.state.value for s in fleet.servers}
+
     def statistics(self) -> dict[str, Any]:
-        """Triton's inference statistics for this model (executions, requests, queue and compute times)."""
-        transport = self._transport
-        if transport is None:
+        """Triton's inference statistics for this model (executions, requests, queue and compute times).
+
+        With several servers, ``model_stats`` holds every server's entries, each with its ``server``.
+        """
+        fleet = self._fleet
+        if fleet is None:
             raise BackendStateError(f"{self!r}: statistics() needs an open backend")
-        try:
-            return transport.statistics(self.model_name, timeout_s=_CONTROL_TIMEOUT_S)
-        except CallError as exc:
-            raise to_public(exc, model=self.model_name, url=self.url) from exc
+        return fleet.statistics()
 
     def shared_memory_regions(self) -> list[str]:
         """Names of this backend's regions registered on the server (diagnostics and tests)."""
-        transport = self._transport
-        if transport is None:
+        fleet = self._fleet
+        only = fleet.only_server() if fleet is not None else None
+        if only is None:
             return []
         try:
-            names = transport.system_shm_names(timeout_s=_CONTROL_TIMEOUT_S)
+            names = only.transport.system_shm_names(timeout_s=_CONTROL_TIMEOUT_S)
         except CallError as exc:
             raise to_public(exc, model=self.model_name, url=self.url) from exc
         return [n for n in names if n in set(shm.live_regions())]

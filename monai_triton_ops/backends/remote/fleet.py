@@ -1,0 +1,439 @@
+"""The servers of one remote backend: which one takes the next attempt, which ones are down, and probing them back.
+
+A fleet is every :class:`~.endpoints.Address` the spec's endpoints stand for (a name of a headless
+Service stands for every ready pod), each a :class:`Server` with a transport of its own. Each server is::
+
+    NEW       not checked yet (not ready at open, or an address a name gained): probed, then used once
+              it is ready and serves the same model (signature, version, metadata)
+    UP        ready, same model: takes requests, round robin
+    SUSPECT   a request failed on it (connection lost, unavailable): not picked while another server is
+              up; probed after ``probe_backoff_s`` (UP again at once when ready: a full queue passes)
+    DOWN      a probe found it not ready, and why (refused, loading...): logged once, probed with backoff
+              doubling up to ``max_probe_backoff_s``, UP again once a probe finds it ready
+    EXCLUDED  it serves another model: never used (logged as an error)
+
+Probes run on a one-thread pool of their own (they never hold up a request), started at their time by
+the process-wide deadline thread, which only queues them. Names are resolved again every
+``resolve_interval_s`` on the same thread: an address that appears is a NEW server, one that is gone is
+retired (its transport closed once no request uses it).
+
+``pick(tried)`` is the request path's one question: an UP server this request has not tried, round
+robin; when no server is up, a SUSPECT or DOWN one that was checked (the request is then the probe: a
+lone server is retried as before); else ``None``, and the caller backs off or gives up.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import itertools
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from ...errors import ConfigError, ModelLoadError, ModelNotFoundError, MonaiTritonError
+from ...signature import ModelSignature
+from ..deadlines import call_at
+from . import readiness
+from .endpoints import Address, Endpoint, Resolver, TransportSettings, addresses_of, connect, is_name, resolve
+from .options import RemoteOptions
+from .server_model import differences, read_signature
+from .translate import CallError, Status, to_public
+from .transport import Transport
+from .workers import Workers
+
+logger = logging.getLogger(__name__)
+
+#: Deadline of the control calls of a probe or a statistics read.
+_CONTROL_TIMEOUT_S = 10.0
+_JOIN_TIMEOUT_S = 5.0
+#: Statuses after which a request goes to another server: the server, not the request, failed.
+FAILOVER = frozenset({Status.UNAVAILABLE, Status.MODEL_DOWN})
+
+
+class State(enum.Enum):
+    NEW = "new"
+    UP = "up"
+    SUSPECT = "suspect"
+    DOWN = "down"
+    EXCLUDED = "excluded"
+
+
+class Server:
+    """One server of the fleet: its address, its transport, and what the fleet knows of it (under the fleet's lock)."""
+
+    def __init__(self, address: Address, transport: Transport) -> None:
+        self.address = address
+        self.transport = transport
+        self.state = State.NEW
+        self.why = ""  # the last probe's or failure's reason, for logs and errors
+        self.checked = False  # its signature matched the fleet's
+        self.warned = False  # a WARNING said it is down: its return is logged too
+        self.warned_model_down = False
+        self.probe_delay_s = 0.0
+        self.probing = False  # a probe is scheduled or running
+        self.in_flight = 0
+        self.retired = False
+        self.failed_at = 0.0
+
+    @property
+    def label(self) -> str:
+        return self.address.label
+
+    @property
+    def capacity(self) -> int:
+        """Attempts one request may make on it per round: a balanced name spreads them over its addresses."""
+        return 2 if self.address.balanced else 1
+
+    def __repr__(self) -> str:
+        return f"Server({self.label}, {self.state.value})"
+
+
+class Fleet:
+    """Every server of one backend's model; thread-safe. See the module docstring."""
+
+    def __init__(
+        self,
+        model: str,
+        version: int | None,
+        origins: Sequence[Endpoint],
+        settings: TransportSettings,
+        workers: Workers,
+        options: RemoteOptions,
+        *,
+        resolver: Resolver = resolve,
+    ) -> None:
+        self.model = model
+        self.version = version
+        self._origins = tuple(origins)
+        self._settings = settings
+        self._workers = workers
+        self._options = options
+        self._resolver = resolver
+        self._lock = threading.Lock()
+        self._servers: list[Server] = []
+        self._turn = itertools.count()
+        self._prober = Workers(f"probe-{model}", 1)
+        self._closed = False
+        self._names = any(is_name(o) for o in self._origins)  # resolved again from time to time
+        self._rounds = 0
+        self._resolve_at = 0.0
+        self._resolving = False
+        self.signature: ModelSignature | None = None
+        self._strict = True  # compare version and metadata too (not against a fallback's local signature)
+        for origin in self._origins:
+            for address in addresses_of(origin, resolver):
+                self._add(address)
+        self._resolve_at = time.monotonic() + options.resolve_interval_s
+
+    # -- what the backend reads -----------------------------------------------------------------------
+    @property
+    def servers(self) -> list[Server]:
+        with self._lock:
+            return [s for s in self._servers if not s.retired]
+
+    @property
+    def label(self) -> str:
+        """How errors name the fleet: its one server, or its spec entries."""
+        servers = self.servers
+        if len(servers) == 1:
+            return servers[0].label
+        return ",".join(o.url for o in self._origins)
+
+    def only_server(self) -> Server | None:
+        """The one server, when the fleet is one fixed address (shared memory is possible only then)."""
+        servers = self.servers
+        if len(servers) == 1 and not self._names and not servers[0].address.balanced:
+            return servers[0]
+        return None
+
+    def usable(self) -> bool:
+        """Whether a server is up, or failed a request without a probe confirming it down yet."""
+        with self._lock:
+            return any(s.state in (State.UP, State.SUSPECT) for s in self._servers if not s.retired)
+
+    def describe(self) -> str:
+        """Every server with its state and reason, for errors."""
+        with self._lock:
+            return "; ".join(f"{s.label} {s.state.value}{f' ({s.why})' if s.why else ''}" for s in self._servers)
+
+    # -- open -----------------------------------------------------------------------------------------
+    def open(self, timeout_s: float) -> ModelSignature:
+        """Wait (visibly) until a server is ready; check every ready server serves the same model; probe the rest."""
+        found = readiness.wait_until_any_ready(self._probe_round, self.model, timeout_s=timeout_s)
+        ready = [s for s in self.servers if found.get(s.label, readiness.Probe(readiness.Reason.NOT_READY)).ready]
+        signatures = {s.label: self._read_signature(s) for s in ready}
+        first, reference = next(iter(signatures.items()))
+        for label, signature in signatures.items():
+            found_differences = _mismatch(reference, signature, strict=True)
+            if found_differences:
+                raise ConfigError(
+                    f"model {self.model!r}: the servers do not serve the same model: {label} differs from "
+                    f"{first}: " + "; ".join(found_differences)
+                )
+        self.signature = reference
+        waiting = []
+        with self._lock:
+            for server in self._servers:
+                if server in ready:
+                    server.state, server.checked = State.UP, True
+                else:
+                    server.why = str(found.get(server.label, "not probed yet"))
+                    server.warned = True
+                    waiting.append(server)
+        if waiting:
+            logger.warning(
+                "model %r: %d of %d servers ready; not yet: %s; they are probed in the background and used once "
+                "ready with the same model",
+                self.model,
+                len(ready),
+                len(ready) + len(waiting),
+                "; ".join(f"{s.label} {s.why}" for s in waiting),
+            )
+            for server in waiting:
+                self._schedule(server, self._options.probe_backoff_s)
+        return reference
+
+    def adopt(self, signature: ModelSignature) -> None:
+        """No server was ready at open (a fallback runs the model): check servers against ``signature`` as they come."""
+        self.signature = signature
+        self._strict = False
+        for server in self.servers:
+            server.warned = True
+            self._schedule(server, 0.0)
+
+    def _probe_round(self, remaining_s: float) -> dict[str, readiness.Probe]:
+        self._rounds += 1
+        if self._names and self._rounds > 1:  # a headless Service gains its first ready pod while we wait
+            self._resolve()
+        found: dict[str, readiness.Probe] = {}
+        end = time.monotonic() + remaining_s
+        for server in self.servers:
+            left = end - time.monotonic()
+            if left <= 0:
+                found[server.label] = readiness.Probe(readiness.Reason.NO_ANSWER, "not probed: no time left")
+                continue
+            found[server.label] = readiness.probe(
+                server.transport, server.address, self.model, self.version, timeout_s=left
+            )
+        return found
+
+    def _read_signature(self, server: Server) -> ModelSignature:
+        return read_signature(server.transport, self.model, self.version, timeout_s=_CONTROL_TIMEOUT_S)
+
+    # -- the request path -----------------------------------------------------------------------------
+    def pick(self, tried: Counter[Server]) -> Server | None:
+        """The server for a request's next attempt (see the module docstring), or ``None``."""
+        if self._names and time.monotonic() >= self._resolve_at:
+            self._resolve_later()
+        with self._lock:
+            live = [s for s in self._servers if not s.retired]
+            up = [s for s in live if s.state is State.UP and tried[s] < s.capacity]
+            if up:
+                return up[next(self._turn) % len(up)]
+            if any(s.state is State.UP for s in live):
+                return None
+            fallen = [s for s in live if s.state in (State.SUSPECT, State.DOWN) and s.checked and tried[s] < s.capacity]
+            return min(fallen, key=lambda s: s.failed_at) if fallen else None
+
+    @contextmanager
+    def using(self, server: Server) -> Iterator[Transport]:
+        """The server's transport for one attempt (a retired server's transport is closed once unused)."""
+        with self._lock:
+            server.in_flight += 1
+        try:
+            yield server.transport
+        finally:
+            with self._lock:
+                server.in_flight -= 1
+                close = server.retired and server.in_flight == 0
+            if close:
+                server.transport.close()
+
+    def failed(self, server: Server, error: CallError) -> None:
+        """A request's attempt failed on ``server`` with a status in ``FAILOVER``: others take requests first."""
+        with self._lock:
+            if error.status is Status.MODEL_DOWN and not server.warned_model_down:
+                server.warned_model_down = True
+                logger.warning(
+                    "model %r on %s: %s; requests go to the other servers",
+                    self.model,
+                    server.label,
+                    to_public(error, model=self.model, url=server.label),
+                )
+            server.failed_at = time.monotonic()
+            server.why = f"{error.status.value}: {error.message}"
+            if server.state is State.UP:
+                server.state = State.SUSPECT
+                logger.debug("model %r: %s suspect after %s", self.model, server.label, error)
+            schedule = not server.probing and server.state is not State.EXCLUDED
+        if schedule:
+            self._schedule(server, self._options.probe_backoff_s)
+
+    def succeeded(self, server: Server) -> None:
+        """A request got its answer from ``server``: it is up (a lone server that was retried comes back here)."""
+        if server.state is State.UP:  # the common case, without the lock: a stale read only delays the next line
+            return
+        with self._lock:
+            if server.state in (State.SUSPECT, State.DOWN) and server.checked:
+                self._mark_up(server)
+
+    def _mark_up(self, server: Server) -> None:
+        """(under the lock)"""
+        if server.warned:
+            logger.info("model %r: %s is back (ready, same model); requests go to it again", self.model, server.label)
+        server.state, server.why, server.warned, server.probe_delay_s = State.UP, "", False, 0.0
+
+    # -- probing ----------------------------------------------------------------------------------------
+    def _schedule(self, server: Server, delay_s: float) -> None:
+        with self._lock:
+            if self._closed or server.retired or server.state is State.EXCLUDED:
+                server.probing = False
+                return
+            server.probing = True
+        call_at(time.monotonic() + delay_s, functools.partial(self._queue_probe, server))
+
+    def _queue_probe(self, server: Server) -> None:
+        """On the deadline thread: only a queue put."""
+        try:
+            self._prober.submit(self._probe, server)
+        except CallError:  # closing
+            server.probing = False
+
+    def _probe(self, server: Server) -> None:
+        if self._closed or server.retired:
+            return
+        try:
+            found = readiness.probe(
+                server.transport, server.address, self.model, self.version, timeout_s=readiness.PROBE_TIMEOUT_S
+            )
+            if found.ready and not server.checked:
+                self._check(server)
+        except (ModelNotFoundError, ModelLoadError) as exc:
+            found = readiness.Probe(readiness.Reason.NOT_READY, str(exc))
+        except MonaiTritonError as exc:  # a signature read failed, say: probe again later
+            found = readiness.Probe(readiness.Reason.NOT_READY, str(exc))
+        with self._lock:
+            if server.state is State.EXCLUDED:
+                server.probing = False
+                return
+            if found.ready:
+                self._mark_up(server)
+                server.probing = False
+                return
+            self._mark_down(server, found)
+            delay = server.probe_delay_s
+        self._schedule(server, delay)
+
+    def _mark_down(self, server: Server, found: readiness.Probe) -> None:
+        """(under the lock)"""
+        server.why = str(found)
+        server.probe_delay_s = min(
+            self._options.max_probe_backoff_s, max(self._options.probe_backoff_s, 2 * server.probe_delay_s)
+        )
+        if server.state is not State.DOWN and not server.warned:
+            others = sum(1 for s in self._servers if s.state is State.UP and not s.retired)
+            where = f"requests go to the {others} other server(s)" if others else "no server of the model is up"
+            logger.warning(
+                "model %r: %s is down: %s; %s; probing it again every %g s at most",
+                self.model,
+                server.label,
+                found,
+                where,
+                self._options.max_probe_backoff_s,
+            )
+            server.warned = True
+        if server.state is not State.NEW:
+            server.state = State.DOWN
+
+    def _check(self, server: Server) -> None:
+        """A server found ready for the first time: the same model as the fleet's, or excluded for good."""
+        signature = self._read_signature(server)
+        reference = self.signature
+        found = [] if reference is None else _mismatch(reference, signature, strict=self._strict)
+        with self._lock:
+            if found:
+                server.state, server.why = State.EXCLUDED, "serves another model: " + "; ".join(found)
+                logger.error("model %r: %s is never used: it %s", self.model, server.label, server.why)
+                return
+            server.checked = True
+            if reference is None:
+                self.signature = signature
+
+    # -- names resolved again ---------------------------------------------------------------------------
+    def _resolve_later(self) -> None:
+        with self._lock:
+            if self._resolving or self._closed:
+                return
+            self._resolving = True
+            self._resolve_at = time.monotonic() + self._options.resolve_interval_s
+        try:
+            self._prober.submit(lambda _: self._resolve(), None)
+        except CallError:
+            self._resolving = False
+
+    def _resolve(self) -> None:
+        """Resolve every name again: new addresses become NEW servers (probed now), vanished ones are retired."""
+        try:
+            wanted = {a.key: a for origin in self._origins for a in addresses_of(origin, self._resolver)}
+            with self._lock:
+                have = {s.address.key: s for s in self._servers if not s.retired}
+                gone = [s for key, s in have.items() if key not in wanted]
+                for server in gone:
+                    server.retired = True
+                    server.state = State.EXCLUDED
+                self._servers = [s for s in self._servers if not (s.retired and s.in_flight == 0)]
+            for server in gone:
+                logger.info("model %r: %s is no longer an address of its name; dropped", self.model, server.label)
+                if server.in_flight == 0:
+                    server.transport.close()
+            for key, address in wanted.items():
+                if key not in have:
+                    server = self._add(address)
+                    logger.info("model %r: new server %s; checking it", self.model, server.label)
+                    self._schedule(server, 0.0)
+        finally:
+            self._resolving = False
+
+    def _add(self, address: Address) -> Server:
+        server = Server(address, connect(address.endpoint, self._settings, self._workers, balanced=address.balanced))
+        with self._lock:
+            self._servers.append(server)
+        return server
+
+    # -- server information and close -------------------------------------------------------------------
+    def statistics(self) -> dict[str, Any]:
+        """Triton's statistics of the model on every server: ``model_stats`` entries, each with its ``server``."""
+        entries: list[dict[str, Any]] = []
+        for server in self.servers:
+            try:
+                stats = server.transport.statistics(self.model, timeout_s=_CONTROL_TIMEOUT_S)
+            except CallError as exc:
+                if len(self._servers) == 1:
+                    raise to_public(exc, model=self.model, url=server.label) from exc
+                entries.append({"server": server.label, "error": str(exc)})
+                continue
+            entries += [{**entry, "server": server.label} for entry in stats.get("model_stats", [])]
+        return {"model_stats": entries}
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            servers, self._servers = list(self._servers), []
+        self._prober.stop(join_timeout_s=_JOIN_TIMEOUT_S)
+        for server in servers:
+            server.transport.close()
+
+
+def _mismatch(reference: ModelSignature, other: ModelSignature, *, strict: bool) -> list[str]:
+    """What makes ``other`` another model than ``reference``; ``strict`` compares version and metadata too."""
+    found = differences(reference, other)
+    if strict and reference.version != other.version:
+        found.append(f"version {reference.version} and {other.version}")
+    if strict and dict(reference.metadata) != dict(other.metadata):
+        found.append("their MONAI metadata (config parameters) differ")
+    return found
