@@ -121,9 +121,7 @@ class RemoteBackend(BaseBackend):
             )
         self.url = ",".join(e.url for e in self.endpoints)
         self._backoff = Backoff(retries=options.retries, base_s=options.backoff_s, cap_s=options.max_backoff_s)
-        self._fallback = None
-        if options.fallback == "torch":
-            self._fallback = TorchFallback(model_name, model_repository, version, max_in_flight=options.max_in_flight)
+        self._fallback: TorchFallback | None = None
         self._workers: Workers | None = None
         self._fleet: Fleet | None = None
         self._exchange: Exchange | None = None
@@ -150,6 +148,10 @@ class RemoteBackend(BaseBackend):
     def _open(self) -> ModelSignature:
         options = self.remote_options
         settings = TransportSettings.from_options(options)
+        if options.fallback == "torch":  # a fallback that could never run fails now, not when it is needed
+            self._fallback = TorchFallback(
+                self.model_name, self.model_repository, self.version, max_in_flight=options.max_in_flight
+            )
         workers = Workers(f"remote-{self.model_name}", options.max_in_flight)
         fleet: Fleet | None = None
         try:

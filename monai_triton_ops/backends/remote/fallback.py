@@ -48,9 +48,10 @@ class TorchFallback:
             if not self._said:
                 self._said = True
                 logger.warning(
-                    "model %r: %s; falling back to the in-process torch backend on %s until a server is ready",
-                    self.model,
+                    "%s; model %r falls back to the in-process torch backend on %s (fallback=torch) until a server "
+                    "is ready again",
                     reason,
+                    self.model,
                     self._backend.model_repository,
                 )
             self._backend.open()

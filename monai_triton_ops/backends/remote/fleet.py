@@ -169,7 +169,7 @@ class Fleet:
         signatures = {s.label: self._read_signature(s) for s in ready}
         first, reference = next(iter(signatures.items()))
         for label, signature in signatures.items():
-            found_differences = _mismatch(reference, signature, strict=True)
+            found_differences = _mismatch(reference, signature, strict=True, names=(first, label))
             if found_differences:
                 raise ConfigError(
                     f"model {self.model!r}: the servers do not serve the same model: {label} differs from "
@@ -215,8 +215,7 @@ class Fleet:
         for server in self.servers:
             left = end - time.monotonic()
             if left <= 0:
-                found[server.label] = readiness.Probe(readiness.Reason.NO_ANSWER, "not probed: no time left")
-                continue
+                break
             found[server.label] = readiness.probe(
                 server.transport, server.address, self.model, self.version, timeout_s=left
             )
@@ -354,7 +353,8 @@ class Fleet:
         """A server found ready for the first time: the same model as the fleet's, or excluded for good."""
         signature = self._read_signature(server)
         reference = self.signature
-        found = [] if reference is None else _mismatch(reference, signature, strict=self._strict)
+        names = ("the fleet", server.label)
+        found = [] if reference is None else _mismatch(reference, signature, strict=self._strict, names=names)
         with self._lock:
             if found:
                 server.state, server.why = State.EXCLUDED, "serves another model: " + "; ".join(found)
@@ -429,11 +429,11 @@ class Fleet:
             server.transport.close()
 
 
-def _mismatch(reference: ModelSignature, other: ModelSignature, *, strict: bool) -> list[str]:
+def _mismatch(reference: ModelSignature, other: ModelSignature, *, strict: bool, names: tuple[str, str]) -> list[str]:
     """What makes ``other`` another model than ``reference``; ``strict`` compares version and metadata too."""
-    found = differences(reference, other)
+    found = differences(reference, other, names=names)
     if strict and reference.version != other.version:
-        found.append(f"version {reference.version} and {other.version}")
+        found.append(f"version {names[0]} {reference.version}, {names[1]} {other.version}")
     if strict and dict(reference.metadata) != dict(other.metadata):
         found.append("their MONAI metadata (config parameters) differ")
     return found

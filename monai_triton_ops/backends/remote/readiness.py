@@ -148,7 +148,7 @@ def _listing(index: Sequence[Mapping[str, Any]]) -> str:
     return ", ".join(items)
 
 
-#: One round of probes: every server not known ready -> what its probe found (given the time left).
+#: One round of probes: every server probed in the time left -> what its probe found.
 ProbeRound = Callable[[float], Mapping[str, Probe]]
 
 
@@ -161,8 +161,9 @@ def wait_until_any_ready(probe_round: ProbeRound, model: str, *, timeout_s: floa
     started = time.monotonic()
     deadline = started + timeout_s
     poll, next_log = _POLL_FIRST_S, started
+    found: dict[str, Probe] = {}
     while True:
-        found = probe_round(max(0.0, deadline - time.monotonic()))
+        found.update(probe_round(max(0.0, deadline - time.monotonic())))  # a server left unprobed keeps its last
         if any(p.ready for p in found.values()):
             if time.monotonic() - started > 1.0:
                 logger.warning("model %r ready after %.1f s on %s", model, time.monotonic() - started, _ready(found))
@@ -174,7 +175,7 @@ def wait_until_any_ready(probe_round: ProbeRound, model: str, *, timeout_s: floa
             logger.warning(
                 "waiting for model %r%s: %s; %.0f s left of ready_timeout_s=%g",
                 model,
-                "" if now == started else f" ({now - started:.0f} s so far)",
+                "" if now - started < 1 else f" ({now - started:.0f} s so far)",
                 describe(found),
                 deadline - now,
                 timeout_s,

@@ -55,16 +55,22 @@ def check_local_config(signature: ModelSignature, repository: str | Path | None,
     logger.debug("local %s matches the server's configuration", path)
 
 
-def differences(local: ModelSignature, served: ModelSignature) -> list[str]:
-    """What differs between two signatures of one model: tensors (names, dtypes, shapes) and ``max_batch_size``."""
+def differences(
+    local: ModelSignature, served: ModelSignature, *, names: tuple[str, str] = ("local", "server")
+) -> list[str]:
+    """What differs between two signatures of one model: tensors (names, dtypes, shapes) and ``max_batch_size``.
+
+    ``names`` say which is which in the text (the local file and the server; two servers of a fleet).
+    """
+    first, second = names
     found = []
     if local.max_batch_size != served.max_batch_size:
-        found.append(f"max_batch_size local {local.max_batch_size}, server {served.max_batch_size}")
+        found.append(f"max_batch_size {first} {local.max_batch_size}, {second} {served.max_batch_size}")
     for kind in ("inputs", "outputs"):
         mine = [(s.name, s.dtype, list(s.shape)) for s in getattr(local, kind)]
         theirs = [(s.name, s.dtype, list(s.shape)) for s in getattr(served, kind)]
         if mine != theirs:
-            found.append(f"{kind} local {mine}, server {theirs}")
+            found.append(f"{kind} {first} {mine}, {second} {theirs}")
     return found
 
 
