@@ -120,6 +120,11 @@ class RemoteBackend(BaseBackend):
                 f"model {model_name!r}: every server of one backend needs the same scheme, got {self.urls}"
             )
         self.url = ",".join(e.url for e in self.endpoints)
+        if options.shared_memory == "system" and len(self.endpoints) > 1:
+            raise ConfigError(
+                f"model {model_name!r}: shared_memory=system needs one server on this host, and {self.url} is "
+                f"{len(self.endpoints)}; use shared_memory=auto or none"
+            )
         self._backoff = Backoff(retries=options.retries, base_s=options.backoff_s, cap_s=options.max_backoff_s)
         self._fallback: TorchFallback | None = None
         self._workers: Workers | None = None
@@ -161,6 +166,8 @@ class RemoteBackend(BaseBackend):
             if only is None:
                 self._refuse_system_shm(fleet, options)
             pool = self._make_pool(only.transport, options) if only is not None else None
+            if pool is not None:
+                fleet.pin()
         except BaseException:
             if fleet is not None:
                 fleet.close()
@@ -196,7 +203,7 @@ class RemoteBackend(BaseBackend):
         if options.shared_memory == "system":
             raise ConfigError(
                 f"model {self.model_name!r}: shared_memory=system needs one server on this host, and {fleet.label} "
-                "is several (or a name that may resolve to several); use shared_memory=auto or none"
+                "stands for several; use shared_memory=auto or none"
             )
 
     def _refuse_cuda(self, options: RemoteOptions) -> None:

@@ -141,17 +141,16 @@ def spec_endpoints(urls: Sequence[str], servers: Sequence[str]) -> tuple[Endpoin
     scheme = endpoints[0].scheme if endpoints else "grpc"
     for entry in servers:
         text = entry.strip()
-        url = text if "://" in text else f"{scheme}://{text}"
-        endpoint = Endpoint.parse(url)
+        parts = urlsplit(text if "://" in text else f"{scheme}://{text}")
         try:
-            port = urlsplit(url).port
+            port = parts.port
         except ValueError:
             port = None
-        if endpoint.scheme != scheme or not endpoint.host or port is None or urlsplit(url).path:
+        if parts.scheme != scheme or not parts.hostname or port is None or parts.path:
             raise ConfigError(
                 f"option servers: {entry!r} is not HOST:PORT (or {scheme}://HOST:PORT, the spec's scheme)"
             )
-        endpoints.append(Endpoint.parse(f"{scheme}://{urlsplit(url).netloc}"))
+        endpoints.append(Endpoint.parse(f"{scheme}://{parts.netloc}"))
     return tuple(dict.fromkeys(endpoints))
 
 

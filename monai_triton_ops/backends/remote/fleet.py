@@ -145,11 +145,15 @@ class Fleet:
         return ",".join(o.url for o in self._origins)
 
     def only_server(self) -> Server | None:
-        """The one server, when the fleet is one fixed address (shared memory is possible only then)."""
+        """The one server, when the fleet is one address (shared memory is possible only then)."""
         servers = self.servers
-        if len(servers) == 1 and not self._names and not servers[0].address.balanced:
+        if len(servers) == 1 and not servers[0].address.balanced:
             return servers[0]
         return None
+
+    def pin(self) -> None:
+        """Resolve no name again: the fleet stays this one server (its shared memory regions are registered there)."""
+        self._names = False
 
     def usable(self) -> bool:
         """Whether a server is up, or failed a request without a probe confirming it down yet."""
