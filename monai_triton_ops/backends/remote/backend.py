@@ -112,7 +112,10 @@ class RemoteBackend(BaseBackend):
     ) -> None:
         super().__init__(model_name, model_repository=model_repository, version=version, urls=urls, options=options)
         options = self.remote_options
-        self.endpoints = spec_endpoints(self.urls, options.servers)
+        try:
+            self.endpoints = spec_endpoints(self.urls, options.servers)
+        except ConfigError as exc:
+            raise ConfigError(f"model {model_name!r}: {exc}") from exc
         if not self.endpoints:
             raise ConfigError(f"model {model_name!r}: a remote backend needs a server URL, e.g. grpc://HOST:8001")
         if len({e.scheme for e in self.endpoints}) > 1:
