@@ -43,9 +43,10 @@ from . import shm
 from .endpoints import TransportSettings, spec_endpoints
 from .exchange import Exchange, Outputs
 from .fallback import TorchFallback
-from .fleet import FAILOVER, Fleet, Server
+from .fleet import FAILOVER, Fleet
 from .options import RemoteOptions
 from .pool import RegionPool
+from .probing import Server
 from .retry import Backoff
 from .server_model import check_local_config
 from .translate import CallError, Status, to_public
@@ -130,6 +131,8 @@ class RemoteBackend(BaseBackend):
             )
         self._backoff = Backoff(retries=options.retries, base_s=options.backoff_s, cap_s=options.max_backoff_s)
         self._fallback: TorchFallback | None = None
+        self._events: Counter[str] = Counter()  # see ``events``
+        self._events_lock = threading.Lock()
         self._workers: Workers | None = None
         self._fleet: Fleet | None = None
         self._exchange: Exchange | None = None
@@ -272,6 +275,7 @@ class RemoteBackend(BaseBackend):
                 if ticket.cancelled or fleet is None or exchange is None:
                     raise self._public(CallError(Status.CANCELLED, "cancelled before it was sent"), request, attempts)
                 if self._fallback is not None and not fleet.usable():
+                    self._count("fell_back")
                     return dict(self._fallback.run(request, f"no server is up ({fleet.describe()})"))
                 server = fleet.pick(attempts.tried)
                 if server is None:
@@ -292,6 +296,8 @@ class RemoteBackend(BaseBackend):
                     logger.debug("model %r attempt %d on %s: %s", self.model_name, attempts.count, server.label, error)
                     continue
                 fleet.succeeded(server)
+                if attempts.count > 1:
+                    self._count("failed_over")
                 return outputs
         finally:
             with self._tickets_lock:
@@ -319,8 +325,13 @@ class RemoteBackend(BaseBackend):
             attempts.where = fleet.label
         error = self._public(last, request, attempts)
         if self._fallback is not None and last.status in FAILOVER:
+            self._count("fell_back")
             return dict(self._fallback.run(request, str(error)))
         raise error
+
+    def _count(self, event: str) -> None:
+        with self._events_lock:
+            self._events[event] += 1
 
     def _public(self, error: CallError, request: InferRequest, attempts: _Attempts) -> Exception:
         """The caller's error for the last attempt's ``error``: what the status means, and what we know."""
@@ -362,6 +373,13 @@ class RemoteBackend(BaseBackend):
             workers.stop(join_timeout_s=_JOIN_TIMEOUT_S)
 
     # -- server information -------------------------------------------------------------------------
+    @property
+    def events(self) -> dict[str, int]:
+        """Requests answered after a failed attempt (``failed_over``: by another server, or the same one after a
+        backoff) and requests run by the ``fallback`` (``fell_back``), since open."""
+        with self._events_lock:
+            return {"failed_over": self._events["failed_over"], "fell_back": self._events["fell_back"]}
+
     @property
     def servers(self) -> dict[str, str]:
         """Every server of the fleet and its state (``up``, ``suspect``, ``down``, ``new``, ``excluded``)."""

@@ -24,8 +24,6 @@ lone server is retried as before); else ``None``, and the caller backs off or gi
 
 from __future__ import annotations
 
-import enum
-import functools
 import itertools
 import logging
 import threading
@@ -35,12 +33,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ...errors import ConfigError, ModelLoadError, ModelNotFoundError, MonaiTritonError
+from ...errors import ConfigError, MonaiTritonError
 from ...signature import ModelSignature
-from ..deadlines import call_at
 from . import readiness
 from .endpoints import Address, Endpoint, Resolver, TransportSettings, addresses_of, connect, is_name, resolve
 from .options import RemoteOptions
+from .probing import Prober, Server, State
 from .server_model import differences, read_signature
 from .translate import CallError, Status, to_public
 from .transport import Transport
@@ -50,47 +48,8 @@ logger = logging.getLogger(__name__)
 
 #: Deadline of the control calls of a probe or a statistics read.
 _CONTROL_TIMEOUT_S = 10.0
-_JOIN_TIMEOUT_S = 5.0
 #: Statuses after which a request goes to another server: the server, not the request, failed.
 FAILOVER = frozenset({Status.UNAVAILABLE, Status.MODEL_DOWN})
-
-
-class State(enum.Enum):
-    NEW = "new"
-    UP = "up"
-    SUSPECT = "suspect"
-    DOWN = "down"
-    EXCLUDED = "excluded"
-
-
-class Server:
-    """One server of the fleet: its address, its transport, and what the fleet knows of it (under the fleet's lock)."""
-
-    def __init__(self, address: Address, transport: Transport) -> None:
-        self.address = address
-        self.transport = transport
-        self.state = State.NEW
-        self.why = ""  # the last probe's or failure's reason, for logs and errors
-        self.checked = False  # its signature matched the fleet's
-        self.warned = False  # a WARNING said it is down: its return is logged too
-        self.warned_model_down = False
-        self.probe_delay_s = 0.0
-        self.probing = False  # a probe is scheduled or running
-        self.in_flight = 0
-        self.retired = False
-        self.failed_at = 0.0
-
-    @property
-    def label(self) -> str:
-        return self.address.label
-
-    @property
-    def capacity(self) -> int:
-        """Attempts one request may make on it per round: a balanced name spreads them over its addresses."""
-        return 2 if self.address.balanced else 1
-
-    def __repr__(self) -> str:
-        return f"Server({self.label}, {self.state.value})"
 
 
 class Fleet:
@@ -117,7 +76,7 @@ class Fleet:
         self._lock = threading.Lock()
         self._servers: list[Server] = []
         self._turn = itertools.count()
-        self._prober = Workers(f"probe-{model}", 1)
+        self._prober = Prober(f"probe-{model}", self._probe)
         self._closed = False
         self._names = any(is_name(o) for o in self._origins)  # resolved again from time to time
         self._rounds = 0
@@ -245,17 +204,20 @@ class Fleet:
 
     @contextmanager
     def using(self, server: Server) -> Iterator[Transport]:
-        """The server's transport for one attempt (a retired server's transport is closed once unused)."""
+        """The server's transport for one attempt (a retired or replaced transport is closed once unused)."""
         with self._lock:
             server.in_flight += 1
+            transport = server.transport
         try:
-            yield server.transport
+            yield transport
         finally:
             with self._lock:
                 server.in_flight -= 1
-                close = server.retired and server.in_flight == 0
-            if close:
-                server.transport.close()
+                stale = self._unused_stale(server)
+                if server.retired and server.in_flight == 0:
+                    stale.append(server.transport)
+            for old in stale:
+                old.close()
 
     def failed(self, server: Server, error: CallError) -> None:
         """A request's attempt failed on ``server`` with a status in ``FAILOVER``: others take requests first."""
@@ -273,9 +235,14 @@ class Fleet:
             if server.state is State.UP:
                 server.state = State.SUSPECT
                 logger.debug("model %r: %s suspect after %s", self.model, server.label, error)
-            schedule = not server.probing and server.state is not State.EXCLUDED
-        if schedule:
-            self._schedule(server, self._options.probe_backoff_s)
+            if server.state is State.EXCLUDED or self._closed:
+                return
+            if server.probe_at is None:
+                self._prober.schedule(server, self._options.probe_backoff_s)
+            if not any(s.state is State.UP for s in self._servers if not s.retired):
+                for other in self._servers:  # nothing up: whatever is back is wanted now, not at its next probe
+                    if other.state in (State.SUSPECT, State.DOWN, State.NEW) and not other.retired:
+                        self._prober.expedite(other)
 
     def succeeded(self, server: Server) -> None:
         """A request got its answer from ``server``: it is up (a lone server that was retried comes back here)."""
@@ -294,43 +261,56 @@ class Fleet:
     # -- probing ----------------------------------------------------------------------------------------
     def _schedule(self, server: Server, delay_s: float) -> None:
         with self._lock:
-            if self._closed or server.retired or server.state is State.EXCLUDED:
-                server.probing = False
-                return
-            server.probing = True
-        call_at(time.monotonic() + delay_s, functools.partial(self._queue_probe, server))
-
-    def _queue_probe(self, server: Server) -> None:
-        """On the deadline thread: only a queue put."""
-        try:
-            self._prober.submit(self._probe, server)
-        except CallError:  # closing
-            server.probing = False
+            if not (self._closed or server.retired or server.state is State.EXCLUDED):
+                self._prober.schedule(server, delay_s)
 
     def _probe(self, server: Server) -> None:
+        """On the probing thread: is the server ready (and the same model, the first time)? Up, or down and later."""
         if self._closed or server.retired:
             return
+        found = self._probe_once(server)
+        if found.stale_connection and server.address.endpoint.protocol == "grpc":
+            self._reconnect(server)  # the server answers a connection, the channel still waits out its backoff
+            found = self._probe_once(server)
+        with self._lock:
+            if server.state is State.EXCLUDED:
+                return
+            if found.ready:
+                self._mark_up(server)
+                return
+            self._mark_down(server, found)
+            if not self._closed and not server.retired:
+                self._prober.schedule(server, server.probe_delay_s)
+
+    def _probe_once(self, server: Server) -> readiness.Probe:
         try:
             found = readiness.probe(
                 server.transport, server.address, self.model, self.version, timeout_s=readiness.PROBE_TIMEOUT_S
             )
             if found.ready and not server.checked:
                 self._check(server)
-        except (ModelNotFoundError, ModelLoadError) as exc:
-            found = readiness.Probe(readiness.Reason.NOT_READY, str(exc))
-        except MonaiTritonError as exc:  # a signature read failed, say: probe again later
-            found = readiness.Probe(readiness.Reason.NOT_READY, str(exc))
+        except MonaiTritonError as exc:  # not (or no longer) serving the model, or a signature read failed
+            return readiness.Probe(readiness.Reason.NOT_READY, str(exc))
+        return found
+
+    def _reconnect(self, server: Server) -> None:
+        """A new channel: gRPC keeps failing calls fast until its own reconnect backoff ends, whatever the server."""
+        transport = connect(server.address.endpoint, self._settings, self._workers, balanced=server.address.balanced)
         with self._lock:
-            if server.state is State.EXCLUDED:
-                server.probing = False
-                return
-            if found.ready:
-                self._mark_up(server)
-                server.probing = False
-                return
-            self._mark_down(server, found)
-            delay = server.probe_delay_s
-        self._schedule(server, delay)
+            server.stale.append(server.transport)
+            server.transport = transport
+            stale = self._unused_stale(server)
+        for old in stale:
+            old.close()
+        logger.debug("model %r: %s reconnected", self.model, server.label)
+
+    @staticmethod
+    def _unused_stale(server: Server) -> list[Transport]:
+        """(under the lock) The replaced transports no attempt uses any more, taken from the server."""
+        if server.in_flight:
+            return []
+        stale, server.stale = server.stale, []
+        return stale
 
     def _mark_down(self, server: Server, found: readiness.Probe) -> None:
         """(under the lock)"""
@@ -375,10 +355,7 @@ class Fleet:
                 return
             self._resolving = True
             self._resolve_at = time.monotonic() + self._options.resolve_interval_s
-        try:
-            self._prober.submit(lambda _: self._resolve(), None)
-        except CallError:
-            self._resolving = False
+        self._prober.submit(self._resolve)
 
     def _resolve(self) -> None:
         """Resolve every name again: new addresses become NEW servers (probed now), vanished ones are retired."""
@@ -428,9 +405,10 @@ class Fleet:
         with self._lock:
             self._closed = True
             servers, self._servers = list(self._servers), []
-        self._prober.stop(join_timeout_s=_JOIN_TIMEOUT_S)
+        self._prober.stop()
         for server in servers:
-            server.transport.close()
+            for transport in [server.transport, *server.stale]:
+                transport.close()
 
 
 def _mismatch(reference: ModelSignature, other: ModelSignature, *, strict: bool, names: tuple[str, str]) -> list[str]:

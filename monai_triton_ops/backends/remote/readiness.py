@@ -63,6 +63,8 @@ class Probe:
 
     reason: Reason
     detail: str = ""
+    #: The server accepts connections, yet the call found none: a gRPC channel still in its reconnect backoff.
+    stale_connection: bool = False
 
     @property
     def ready(self) -> bool:
@@ -114,7 +116,7 @@ def _why_unavailable(address: Address, error: CallError, timeout_s: float) -> Pr
         if exc.errno == errno.ECONNREFUSED:
             return Probe(Reason.REFUSED, f"nothing listens on {endpoint.address}")
         return Probe(Reason.UNREACHABLE, exc.strerror or str(exc))
-    return Probe(Reason.NOT_READY, f"the server answers: {error.message}")
+    return Probe(Reason.NOT_READY, f"the server answers: {error.message}", stale_connection=True)
 
 
 def never_ready(index: Sequence[Mapping[str, Any]], model: str, version: int | None, where: str) -> str:

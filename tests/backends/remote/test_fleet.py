@@ -163,6 +163,7 @@ def test_a_server_killed_in_the_middle_of_a_sliding_window_run_changes_no_label(
     killer.join(timeout=120)
     assert not b.running  # it died during the run, which still completed
     assert torch.equal(labels, reference)
+    assert backend.events["failed_over"] >= 1  # type: ignore[attr-defined]
     assert backend.servers[label(b, scheme)] in ("suspect", "down")  # type: ignore[attr-defined]
 
 
@@ -321,6 +322,7 @@ def test_fallback_torch_runs_the_model_in_process_when_every_server_is_gone_and_
     for killer in killers:
         killer.join(timeout=60)
     assert torch.equal(labels, reference)
+    assert backend.events["fell_back"] > 0  # type: ignore[attr-defined]
     said = [r.getMessage() for r in caplog.records if "falls back to the in-process torch backend" in r.getMessage()]
     assert len(said) == 1, caplog.text
     a.restart()
