@@ -12,9 +12,10 @@ Service stands for every ready pod), each a :class:`Server` with a transport of 
               doubling up to ``max_probe_backoff_s``, UP again once a probe finds it ready
     EXCLUDED  it serves another model: never used (logged as an error)
 
-Probes run on a one-thread pool of their own (they never hold up a request), started at their time by
-the process-wide deadline thread, which only queues them. Names are resolved again every
-``resolve_interval_s`` on the same thread: an address that appears is a NEW server, one that is gone is
+Probes run off the request path (``probing.py``); when no server is up, every server not up is probed at
+once. A probe that finds a server accepting connections while its gRPC channel still fails replaces the
+channel (gRPC would wait out its own reconnect backoff first). Names are resolved again every
+``resolve_interval_s`` on the probing thread: an address that appears is a NEW server, one that is gone is
 retired (its transport closed once no request uses it).
 
 ``pick(tried)`` is the request path's one question: an UP server this request has not tried, round
