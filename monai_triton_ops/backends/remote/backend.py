@@ -285,9 +285,9 @@ class RemoteBackend(BaseBackend):
                 attempts.tried[server] += 1
                 attempts.count += 1
                 attempts.servers.add(server.label)
+                transport = fleet.take(server)
                 try:
-                    with fleet.using(server) as transport:
-                        outputs = exchange.send(transport, request)
+                    outputs = exchange.send(transport, request)
                 except CallError as error:
                     attempts.last, attempts.where = error, server.label
                     if error.status not in FAILOVER or ticket.cancelled:
@@ -295,6 +295,8 @@ class RemoteBackend(BaseBackend):
                     fleet.failed(server, error)
                     logger.debug("model %r attempt %d on %s: %s", self.model_name, attempts.count, server.label, error)
                     continue
+                finally:
+                    fleet.give_back(server)
                 fleet.succeeded(server)
                 if attempts.count > 1:
                     self._count("failed_over")

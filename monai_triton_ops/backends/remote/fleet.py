@@ -30,8 +30,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 from ...errors import ConfigError, MonaiTritonError
@@ -76,6 +75,7 @@ class Fleet:
         self._resolver = resolver
         self._lock = threading.Lock()
         self._servers: list[Server] = []
+        self._up: tuple[Server, ...] = ()  # the servers UP now, rebuilt under the lock on every change of state
         self._turn = itertools.count()
         self._prober = Prober(f"probe-{model}", self._probe)
         self._closed = False
@@ -145,6 +145,7 @@ class Fleet:
             for server in self._servers:
                 if server in ready:
                     server.state, server.checked = State.UP, True
+                    self._up += (server,)
                 else:
                     server.why = str(found.get(server.label, "not probed yet"))
                     server.warned = True
@@ -193,32 +194,34 @@ class Fleet:
         """The server for a request's next attempt (see the module docstring), or ``None``."""
         if self._names and time.monotonic() >= self._resolve_at:
             self._resolve_later()
+        first = self._up  # a first attempt, the common case: no lock, one read
+        if first and not tried:
+            return first[next(self._turn) % len(first)]
         with self._lock:
             live = [s for s in self._servers if not s.retired]
-            up = [s for s in live if s.state is State.UP and tried[s] < s.capacity]
-            if up:
-                return up[next(self._turn) % len(up)]
-            if any(s.state is State.UP for s in live):
+            untried = [s for s in self._up if tried[s] < s.capacity]
+            if untried:
+                return untried[next(self._turn) % len(untried)]
+            if self._up:
                 return None
             fallen = [s for s in live if s.state in (State.SUSPECT, State.DOWN) and s.checked and tried[s] < s.capacity]
             return min(fallen, key=lambda s: s.failed_at) if fallen else None
 
-    @contextmanager
-    def using(self, server: Server) -> Iterator[Transport]:
-        """The server's transport for one attempt (a retired or replaced transport is closed once unused)."""
+    def take(self, server: Server) -> Transport:
+        """The server's transport for one attempt; ``give_back(server)`` when the attempt is over."""
         with self._lock:
             server.in_flight += 1
-            transport = server.transport
-        try:
-            yield transport
-        finally:
-            with self._lock:
-                server.in_flight -= 1
-                stale = self._unused_stale(server)
-                if server.retired and server.in_flight == 0:
-                    stale.append(server.transport)
-            for old in stale:
-                old.close()
+            return server.transport
+
+    def give_back(self, server: Server) -> None:
+        """An attempt is over: a retired or replaced transport is closed once no attempt uses it."""
+        with self._lock:
+            server.in_flight -= 1
+            stale = self._unused_stale(server)
+            if server.retired and server.in_flight == 0:
+                stale.append(server.transport)
+        for old in stale:
+            old.close()
 
     def failed(self, server: Server, error: CallError) -> None:
         """A request's attempt failed on ``server`` with a status in ``FAILOVER``: others take requests first."""
@@ -235,6 +238,7 @@ class Fleet:
             server.why = f"{error.status.value}: {error.message}"
             if server.state is State.UP:
                 server.state = State.SUSPECT
+                self._refresh_up()
                 logger.debug("model %r: %s suspect after %s", self.model, server.label, error)
             if server.state is State.EXCLUDED or self._closed:
                 return
@@ -258,6 +262,11 @@ class Fleet:
         if server.warned:
             logger.info("model %r: %s is back (ready, same model); requests go to it again", self.model, server.label)
         server.state, server.why, server.warned, server.probe_delay_s = State.UP, "", False, 0.0
+        self._refresh_up()
+
+    def _refresh_up(self) -> None:
+        """(under the lock)"""
+        self._up = tuple(s for s in self._servers if s.state is State.UP and not s.retired)
 
     # -- probing ----------------------------------------------------------------------------------------
     def _schedule(self, server: Server, delay_s: float) -> None:
@@ -333,6 +342,7 @@ class Fleet:
             server.warned = True
         if server.state is not State.NEW:
             server.state = State.DOWN
+            self._refresh_up()
 
     def _check(self, server: Server) -> None:
         """A server found ready for the first time: the same model as the fleet's, or excluded for good."""
@@ -343,6 +353,7 @@ class Fleet:
         with self._lock:
             if found:
                 server.state, server.why = State.EXCLUDED, "serves another model: " + "; ".join(found)
+                self._refresh_up()
                 logger.error("model %r: %s is never used: it %s", self.model, server.label, server.why)
                 return
             server.checked = True
@@ -368,6 +379,7 @@ class Fleet:
                 for server in gone:
                     server.retired = True
                     server.state = State.EXCLUDED
+                self._refresh_up()
                 self._servers = [s for s in self._servers if not (s.retired and s.in_flight == 0)]
             for server in gone:
                 logger.info("model %r: %s is no longer an address of its name; dropped", self.model, server.label)

@@ -70,6 +70,22 @@ class Replica:
     def stop(self) -> None:
         stop_and_check(self.server)
 
+    def kill_stub(self, model: str) -> None:
+        """SIGKILL the Python-backend stub of ``model`` (as the OOM killer would): the server keeps it READY."""
+        pid = self.server.pid
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                command = (proc / "cmdline").read_bytes().split(b"\0")
+                group = os.getpgid(int(proc.name))
+            except OSError:
+                continue
+            if group == pid and b"stub" in command[0] and any(f"/{model}/".encode() in part for part in command):
+                os.kill(int(proc.name), signal.SIGKILL)
+                return
+        raise AssertionError(f"no stub of model {model!r} in the process group of server {pid}")
+
     def _stats(self, model: str) -> list[dict[str, Any]]:
         client = grpcclient.InferenceServerClient(self.server.grpc_address)
         try:

@@ -234,6 +234,26 @@ def test_every_server_stopped_mid_run_is_one_clear_error_within_the_deadline(
     assert "server unavailable" in message
 
 
+def test_a_server_whose_model_process_died_fails_over_and_is_named_once(
+    fleet: tuple[Replica, Replica], open_backend: Open, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Triton 2.51 keeps a model READY after its stub died and answers every request with an error: another server
+    takes them, and one WARNING names the server whose model process is gone."""
+    a, b = fleet
+    backend = open_backend(spec("grpc", a, b), "pt")
+    exact(backend, 2)
+    a.kill_stub("pt")
+    try:
+        with caplog.at_level(logging.WARNING):
+            exact(backend, 10)  # every one answered: those sent to a go on to b
+        said = [r.getMessage() for r in caplog.records if "backend process is gone" in r.getMessage()]
+        assert len(said) == 1, caplog.text
+        assert label(a, "grpc") in said[0]
+        assert backend.events["failed_over"] >= 1  # type: ignore[attr-defined]
+    finally:
+        a.kill()  # its model cannot come back on its own: the next test gets a new server
+
+
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_an_error_the_model_reports_is_never_sent_to_another_server(
     fleet: tuple[Replica, Replica], open_backend: Open, scheme: str
