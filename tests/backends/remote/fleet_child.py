@@ -1,12 +1,16 @@
 """A client of a fleet behind one name, in a process of its own.
 
     python -m tests.backends.remote.fleet_child SPEC MODEL
+    python -m tests.backends.remote.fleet_child balanced grpc://NAME:PORT MODEL
 
 The test runs it under ``unshare -m`` with its own ``/etc/hosts`` bind-mounted, so the name in ``SPEC``
 resolves to several loopback addresses through the system's real resolver, as a headless Service's name
 does, without touching the machine's file. It opens the backend, prints ``ready <servers>``, then sends
 requests one after another and checks every answer until a line ``stop`` arrives on stdin, and prints
 ``done <summary>`` (JSON: sent, answered, wrong, errors, servers and their states).
+
+``balanced``: the channel a TLS name with several addresses gets (gRPC's ``round_robin``), here over the
+plaintext name, 40 requests straight through the transport; prints ``done <answered>``.
 """
 
 from __future__ import annotations
@@ -43,5 +47,25 @@ def main(spec: str, model: str) -> int:
     return 0
 
 
+def balanced(url: str, model: str) -> int:
+    from monai_triton_ops.backends.remote.endpoints import Endpoint, TransportSettings
+    from monai_triton_ops.backends.remote.grpc_transport import GrpcTransport
+    from monai_triton_ops.backends.remote.transport import WireInput, WireOutput
+
+    transport = GrpcTransport(Endpoint.parse(url), TransportSettings(), balanced=True)
+    answered = 0
+    for i in range(40):
+        x = np.arange(16, dtype=np.float32) + i
+        result = transport.infer(
+            model, "", [WireInput("INPUT__0", "FP32", x.shape, data=x)], [WireOutput("OUTPUT__0")], timeout_s=30
+        )
+        answered += int(np.array_equal(result.array("OUTPUT__0"), x))
+    transport.close()
+    print("done", answered, flush=True)
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "balanced":
+        sys.exit(balanced(*sys.argv[2:4]))
     sys.exit(main(*sys.argv[1:3]))

@@ -115,7 +115,7 @@ class HandServer:
         folder.mkdir(parents=True, exist_ok=True)
         backends = assemble_backend_dir(install, Path(tempfile.mkdtemp(dir=folder)))
         http, grpc, metrics = ports
-        self.address, self.http = address, http
+        self.address, self.http, self.grpc = address, http, grpc
         self.argv = [
             str(install.server_path),
             f"--model-repository={repo}",

@@ -85,6 +85,20 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def _client(hosts: Path, *args: str) -> subprocess.Popen[str]:
+    """``fleet_child.py`` with its own ``/etc/hosts``, in a mount namespace of its own."""
+    child_argv = [sys.executable, "-m", "tests.backends.remote.fleet_child", *args]
+    script = 'mount --bind "$0" /etc/hosts && exec "$@"'
+    return subprocess.Popen(
+        [str(UNSHARE), "-m", "/bin/sh", "-c", script, str(hosts), *child_argv],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def _answered(server: HandServer) -> int:
     client = httpclient.InferenceServerClient(f"{server.address}:{server.http}", network_timeout=10)
     try:
@@ -99,18 +113,9 @@ def test_a_name_with_two_addresses_is_two_servers_and_one_killed_at_random_loses
     servers: list[HandServer], hosts: Path, scheme: str
 ) -> None:
     victim = servers[1]
-    port = int(victim.argv[6].split("=")[1]) if scheme == "grpc" else victim.http
+    port = victim.grpc if scheme == "grpc" else victim.http
     spec = f"{scheme}://{NAME}:{port}?probe_backoff_s=0.1&max_probe_backoff_s=0.5"
-    child_argv = [sys.executable, "-m", "tests.backends.remote.fleet_child", spec, "pt"]
-    script = 'mount --bind "$0" /etc/hosts && exec "$@"'
-    client = subprocess.Popen(
-        [str(UNSHARE), "-m", "/bin/sh", "-c", script, str(hosts), *child_argv],
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    client = _client(hosts, spec, "pt")
     try:
         assert client.stdout is not None
         assert client.stdin is not None
@@ -136,3 +141,18 @@ def test_a_name_with_two_addresses_is_two_servers_and_one_killed_at_random_loses
     assert done["wrong"] == 0
     assert done["answered"] == done["sent"] > 0
     assert set(done["servers"].values()) == {"up"}
+
+
+def test_the_round_robin_channel_of_a_name_with_several_addresses_spreads_over_them(
+    servers: list[HandServer], hosts: Path
+) -> None:
+    """The channel a TLS name with several addresses gets (one server by name, gRPC's ``round_robin`` inside),
+    shown here over the plaintext name: both addresses answer a share."""
+    before = [_answered(server) for server in servers]
+    port = servers[0].grpc
+    client = _client(hosts, "balanced", f"grpc://{NAME}:{port}", "pt")
+    out, err = client.communicate(timeout=120)
+    assert out.startswith("done 40"), err[-3000:]
+    shares = [_answered(server) - b for server, b in zip(servers, before, strict=True)]
+    assert sum(shares) == 40
+    assert min(shares) >= 10, shares  # round robin: about half each (pick_first would give one all 40)
