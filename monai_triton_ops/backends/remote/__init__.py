@@ -17,9 +17,13 @@ endpoints.py       where the servers are (Endpoint, a name's addresses), how to 
 probing.py         each server's state, and its probes off the request path
 readiness.py       is the model ready on a server, and why not (refused, loading...); the visible wait at open
 fallback.py        fallback=torch: the model in this process when no server can take a request
+credentials.py     TLS material and auth headers, secrets named by env:/file: references, redaction
+tls.py             what gRPC and HTTP are given for TLS; a handshake that says what TLS failure it is
+protocol.py        what a server speaks (Triton's extensions or the bare Open Inference Protocol), and so
+                   where the signature comes from: the model config, or the model metadata
 shm.py, pool.py    system shared memory regions: naming, cleanup at close/exit/SIGTERM/fork; slots and leases
 janitor.py         a watcher process that cleans up the regions of a client that died
-server_model.py    the signature from the server's config, compared with a local config.pbtxt
+server_model.py    the signature from a Triton server's model config, compared with a local config.pbtxt
 translate.py       tritonclient errors -> status -> this package's errors, by status code
 retry.py           bounded exponential backoff inside the deadline
 options.py         RemoteOptions

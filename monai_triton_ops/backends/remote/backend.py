@@ -1,16 +1,19 @@
 """``RemoteBackend``: a model served by Triton servers, over gRPC or HTTP (``grpc://``, ``http://``, TLS variants).
 
-Open: wait (visibly) until a server of the fleet is ready within ``ready_timeout_s``, read the
-signature (MONAI metadata included) from every ready server and check they serve the same model,
-compare it with a local ``config.pbtxt`` when the caller's repository has one, and, when tensors go
-through shared memory (one server on this host only), register a first region (so a server that
-refuses client shared memory is found at open: ``auto`` falls back to the wire with one warning,
-``system`` fails). With ``fallback=torch``, no server ready means the model runs in this process.
+Open: wait (visibly) until a server of the fleet is ready within ``ready_timeout_s`` (a TLS failure
+with a server is a ``ConfigError`` at once, not a wait: ``readiness.py``), describe every ready server
+(``protocol.py``: Triton's model config, or an Open Inference Protocol server's model metadata; the
+signature with MONAI metadata, compared with a local ``config.pbtxt`` when the caller's repository has
+one) and check they serve the same model, and, when tensors go through shared memory (one server on
+this host, with Triton's extension only), register a first region (so a server that refuses client
+shared memory is found at open: ``auto`` falls back to the wire with one warning, ``system`` fails).
+With ``fallback=torch``, no server ready means the model runs in this process.
 
 A request, from the base's ``submit()`` to the wire (``docs/remote.md`` draws it):
 
     _submit(request)                        queue put on the worker pool (workers.py): never blocks
     _run(ticket)       on a worker thread:  the attempt loop below, bounded by the request's deadline
+                       (or on the caller's: _infer_here)
       fleet.pick(tried)                     the server for this attempt (fleet.py)
       exchange.send(transport, request)     one attempt: slot or body, one blocking call, outputs (exchange.py)
         transport.infer(...)                tritonclient, a deadline on the call (grpc_/http_transport.py)
@@ -20,6 +23,10 @@ the server (``fleet.FAILOVER``: unavailable, connection lost, its model process 
 another server this request has not tried; when every server has been tried, a transient error waits
 its backoff there (ended early by a cancel) and a new round starts while ``retries`` and the deadline
 allow. An error the model reported, or the deadline, ends the loop at once.
+
+Over gRPC, ``infer()`` runs ``_run`` on the caller's thread instead (``_infer_here``: no hand-off), the
+same loop: failover, backoff (cut short by ``close()``'s cancel) and the fallback all keep the request's
+deadline on any thread. HTTP clients belong to the workers' threads, so HTTP requests always go to the pool.
 """
 
 from __future__ import annotations
@@ -47,10 +54,10 @@ from .fleet import FAILOVER, Fleet
 from .options import RemoteOptions
 from .pool import RegionPool
 from .probing import Server
+from .protocol import SYSTEM_SHARED_MEMORY
 from .retry import Backoff
-from .server_model import check_local_config
+from .tls import check_tls_options
 from .translate import CallError, Status, to_public
-from .transport import Transport
 from .workers import Workers
 
 logger = logging.getLogger(__name__)
@@ -139,6 +146,8 @@ class RemoteBackend(BaseBackend):
         self._tickets: dict[int, _Ticket] = {}
         self._tickets_lock = threading.Lock()
         self._pid = os.getpid()
+        self._any_thread = False  # whether infer() may run on the caller's thread (the transports say, at open)
+        check_tls_options(self.endpoints, options)
 
     @property
     def remote_options(self) -> RemoteOptions:
@@ -166,12 +175,20 @@ class RemoteBackend(BaseBackend):
         workers = Workers(f"remote-{self.model_name}", options.max_in_flight)
         fleet: Fleet | None = None
         try:
-            fleet = Fleet(self.model_name, self.version, self.endpoints, settings, workers, options)
+            fleet = Fleet(
+                self.model_name,
+                self.version,
+                self.endpoints,
+                settings,
+                workers,
+                options,
+                repository=self.model_repository,
+            )
             signature = self._open_fleet(fleet, options)
             only = fleet.only_server()
             if only is None:
                 self._refuse_system_shm(fleet, options)
-            pool = self._make_pool(only.transport, options) if only is not None else None
+            pool = self._make_pool(only, options) if only is not None else None
             if pool is not None:
                 fleet.pin()
         except BaseException:
@@ -181,7 +198,7 @@ class RemoteBackend(BaseBackend):
                 self._fallback.close()
             workers.stop(join_timeout_s=_JOIN_TIMEOUT_S)
             raise
-        self._workers, self._fleet = workers, fleet
+        self._workers, self._fleet, self._any_thread = workers, fleet, fleet.any_thread
         version = "" if self.version is None else str(self.version)
         self._exchange = Exchange(signature, version, pool, fallback=options.shared_memory == "auto")
         servers = len(fleet.servers)
@@ -191,17 +208,16 @@ class RemoteBackend(BaseBackend):
         return signature
 
     def _open_fleet(self, fleet: Fleet, options: RemoteOptions) -> ModelSignature:
-        """The fleet's signature, checked against the local config; or the fallback's, when no server is ready."""
+        """The fleet's signature (each server's checked against the local config); or the fallback's, when no
+        server is ready."""
         try:
-            signature = fleet.open(options.ready_timeout_s)
+            return fleet.open(options.ready_timeout_s)
         except ServerUnavailableError as exc:
             if self._fallback is None:
                 raise
             signature = self._fallback.open(str(exc))
             fleet.adopt(signature)
             return signature
-        check_local_config(signature, self.model_repository, url=fleet.label)
-        return signature
 
     def _refuse_system_shm(self, fleet: Fleet, options: RemoteOptions) -> None:
         """Several servers (or a name that may resolve to several): tensors travel in the request body."""
@@ -219,10 +235,18 @@ class RemoteBackend(BaseBackend):
                 "(use auto, system or none)"
             )
 
-    def _make_pool(self, transport: Transport, options: RemoteOptions) -> RegionPool | None:
+    def _make_pool(self, server: Server, options: RemoteOptions) -> RegionPool | None:
         self._refuse_cuda(options)
-        mode = options.shared_memory
+        mode, transport = options.shared_memory, server.transport
         if mode == "none" or (mode == "auto" and not self.endpoints[0].is_loopback):
+            return None
+        if not server.info.has(SYSTEM_SHARED_MEMORY):
+            if mode == "system":
+                raise ConfigError(
+                    f"model {self.model_name!r}: shared_memory=system, but {server.info.lacks(SYSTEM_SHARED_MEMORY)} "
+                    f"at {self.url} (use shared_memory=auto or none)"
+                )
+            logger.info("%s: %s; tensors go in the request body", self.url, server.info.lacks(SYSTEM_SHARED_MEMORY))
             return None
         shm.remove_stale_regions(lambda name: transport.unregister_system_shm(name, timeout_s=1.0))
         pool = RegionPool(transport, max_slots=options.max_in_flight + 4)
@@ -255,9 +279,7 @@ class RemoteBackend(BaseBackend):
         workers = self._workers
         if workers is None:
             raise BackendStateError(f"{self!r}: not open")
-        ticket = _Ticket(request)
-        with self._tickets_lock:
-            self._tickets[id(request)] = ticket
+        ticket = self._ticket(request)
         try:
             return workers.submit(self._run, ticket)
         except BaseException:  # closing: _run will never drop it
@@ -265,8 +287,25 @@ class RemoteBackend(BaseBackend):
                 self._tickets.pop(id(request), None)
             raise
 
+    def _can_infer_here(self) -> bool:
+        """Over a transport any thread may use (gRPC): every attempt carries the request's time left, a backoff
+        or a fallback keeps its deadline too, and ``close()`` closes the channels and cancels the ticket, so
+        ``infer()`` runs on the caller's thread, failover included. HTTP clients are the workers'."""
+        return self._any_thread and os.getpid() == self._pid
+
+    def _infer_here(self, request: InferRequest) -> Outputs:
+        return self._run(self._ticket(request))
+
+    def _ticket(self, request: InferRequest) -> _Ticket:
+        """The request's ticket, where ``_cancel`` finds it until ``_run`` ends."""
+        ticket = _Ticket(request)
+        with self._tickets_lock:
+            self._tickets[id(request)] = ticket
+        return ticket
+
     def _run(self, ticket: _Ticket) -> Outputs:
-        """One request on a worker thread: attempts in a plain loop over the fleet, inside the request's deadline."""
+        """One request on a worker (or the ``infer()`` caller's) thread: attempts in a plain loop over the fleet,
+        inside the request's deadline."""
         request = ticket.request
         attempts = _Attempts(time.monotonic())
         try:

@@ -2,8 +2,8 @@
 
 A spec's URLs (``grpc://h1:8001``) and the ``servers`` option become :class:`Endpoint` values
 (:func:`spec_endpoints`); every endpoint of a backend is reached with the same :class:`TransportSettings`
-(TLS material, compression, keepalive), built once from the options, and :func:`connect` makes the
-transport for one endpoint.
+(TLS material and auth headers from ``credentials.py``, compression, keepalive, reconnect backoff),
+built once from the options, and :func:`connect` makes the transport for one endpoint.
 
 A name can stand for several servers (a Kubernetes headless Service answers with the address of every
 ready pod): :func:`addresses_of` resolves an endpoint into the :class:`Address` values the fleet dials.
@@ -21,12 +21,12 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ...errors import BackendUnavailableError, ConfigError
+from .credentials import Credentials, load_credentials
 from .options import RemoteOptions
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ class Endpoint:
 class TransportSettings:
     """How every endpoint of one backend is spoken to; made once from the options (files read here, not per call)."""
 
-    root_certificates: str | None = None  # PEM text of a private CA, for grpcs://
+    credentials: Credentials = field(default_factory=Credentials)  # TLS material and headers (credentials.py)
     compression: str | None = None  # gRPC message compression: gzip, deflate
     keepalive_s: float | None = None  # gRPC keepalive ping period
     max_reconnect_backoff_s: float | None = None  # gRPC: reconnect to a server that went away at least this often
@@ -80,7 +80,7 @@ class TransportSettings:
     @classmethod
     def from_options(cls, options: RemoteOptions) -> TransportSettings:
         return cls(
-            root_certificates=_read_pem(options.root_certificates),
+            credentials=load_credentials(options),
             compression=None if options.compression == "none" else options.compression,
             keepalive_s=options.keepalive_s,
             max_reconnect_backoff_s=options.max_probe_backoff_s,
@@ -193,12 +193,3 @@ def _is_literal(host: str) -> bool:
 
 def _bracketed(host: str) -> str:
     return f"[{host}]" if ":" in host else host
-
-
-def _read_pem(path: Path | None) -> str | None:
-    if path is None:
-        return None
-    try:
-        return Path(path).read_text(encoding="ascii")
-    except OSError as exc:
-        raise ConfigError(f"root_certificates {str(path)!r} cannot be read: {exc}") from exc

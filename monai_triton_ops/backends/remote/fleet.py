@@ -10,7 +10,13 @@ Service stands for every ready pod), each a :class:`Server` with a transport of 
               up; probed after ``probe_backoff_s`` (UP again at once when ready: a full queue passes)
     DOWN      a probe found it not ready, and why (refused, loading...): logged once, probed with backoff
               doubling up to ``max_probe_backoff_s``, UP again once a probe finds it ready
-    EXCLUDED  it serves another model: never used (logged as an error)
+    EXCLUDED  it serves another model, or one this backend's options or local config.pbtxt contradict:
+              never used (logged as an error)
+
+Every server is described on its own when first found ready (``protocol.describe_model``): what it speaks
+(Triton's extensions, or the bare Open Inference Protocol), and so where its signature comes from and
+whether its HTTP tensors go binary; every server is reached with the backend's one set of TLS material
+and headers, and a TLS failure with any of them is told apart from a server that is down (``readiness.py``).
 
 Probes run off the request path (``probing.py``); when no server is up, every server not up is probed at
 once. A probe that finds a server accepting connections while its gRPC channel still fails replaces the
@@ -31,6 +37,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from ...errors import ConfigError, MonaiTritonError
@@ -39,7 +46,8 @@ from . import readiness
 from .endpoints import Address, Endpoint, Resolver, TransportSettings, addresses_of, connect, is_name, resolve
 from .options import RemoteOptions
 from .probing import Prober, Server, State
-from .server_model import differences, read_signature
+from .protocol import BINARY_TENSORS, STATISTICS, describe_model
+from .server_model import differences
 from .translate import CallError, Status, to_public
 from .transport import Transport
 from .workers import Workers
@@ -64,10 +72,12 @@ class Fleet:
         workers: Workers,
         options: RemoteOptions,
         *,
+        repository: str | Path | None = None,
         resolver: Resolver = resolve,
     ) -> None:
         self.model = model
         self.version = version
+        self._repository = repository  # the caller's: a local config.pbtxt each server is compared with
         self._origins = tuple(origins)
         self._settings = settings
         self._workers = workers
@@ -110,6 +120,11 @@ class Fleet:
         if len(servers) == 1 and not servers[0].address.balanced:
             return servers[0]
         return None
+
+    @property
+    def any_thread(self) -> bool:
+        """Whether any thread may make an attempt (gRPC): the servers share the spec's one scheme, so one answer."""
+        return all(s.transport.any_thread for s in self.servers)
 
     def pin(self) -> None:
         """Resolve no name again: the fleet stays this one server (its shared memory regions are registered there)."""
@@ -181,13 +196,32 @@ class Fleet:
             left = end - time.monotonic()
             if left <= 0:
                 break
-            found[server.label] = readiness.probe(
-                server.transport, server.address, self.model, self.version, timeout_s=left
-            )
+            if self._rounds == 1:  # TLS before any call: a refusal is a ConfigError now, not a wait (readiness.py)
+                handshake_s = min(readiness.PROBE_TIMEOUT_S, left)
+                readiness.check_tls(server.address.endpoint, self._settings.credentials, handshake_s)
+            found[server.label] = self._probe_server(server, left)
         return found
 
+    def _probe_server(self, server: Server, timeout_s: float) -> readiness.Probe:
+        credentials = self._settings.credentials
+        return readiness.probe(
+            server.transport, server.address, self.model, self.version, timeout_s=timeout_s, credentials=credentials
+        )
+
     def _read_signature(self, server: Server) -> ModelSignature:
-        return read_signature(server.transport, self.model, self.version, timeout_s=_CONTROL_TIMEOUT_S)
+        """The server described (protocol.py): its signature, checked against a local config.pbtxt, and what it
+        speaks, which its transport follows (binary HTTP tensors or JSON)."""
+        served = describe_model(
+            server.transport,
+            self.model,
+            self.version,
+            timeout_s=_CONTROL_TIMEOUT_S,
+            repository=self._repository,
+            max_batch_size=self._options.max_batch_size,
+        )
+        server.info = served.server
+        server.transport.use_binary_tensors(served.server.has(BINARY_TENSORS))
+        return served.signature
 
     # -- the request path -----------------------------------------------------------------------------
     def pick(self, tried: Counter[Server]) -> Server | None:
@@ -294,9 +328,7 @@ class Fleet:
 
     def _probe_once(self, server: Server) -> readiness.Probe:
         try:
-            found = readiness.probe(
-                server.transport, server.address, self.model, self.version, timeout_s=readiness.PROBE_TIMEOUT_S
-            )
+            found = self._probe_server(server, readiness.PROBE_TIMEOUT_S)
             if found.ready and not server.checked:
                 self._check(server)
         except MonaiTritonError as exc:  # not (or no longer) serving the model, or a signature read failed
@@ -304,7 +336,8 @@ class Fleet:
         return found
 
     def _reconnect(self, server: Server) -> None:
-        """A new channel: gRPC keeps failing calls fast until its own reconnect backoff ends, whatever the server."""
+        """A new channel: gRPC keeps failing calls fast until its own reconnect backoff ends, whatever the server.
+        (gRPC only: its tensors are binary whatever the server, so nothing learnt at the check is lost.)"""
         transport = connect(server.address.endpoint, self._settings, self._workers, balanced=server.address.balanced)
         with self._lock:
             server.stale.append(server.transport)
@@ -345,20 +378,29 @@ class Fleet:
             self._refresh_up()
 
     def _check(self, server: Server) -> None:
-        """A server found ready for the first time: the same model as the fleet's, or excluded for good."""
-        signature = self._read_signature(server)
+        """A server found ready for the first time: the same model as the fleet's, or excluded for good (also when
+        the options or the local config.pbtxt contradict what it serves: a ``ConfigError`` describing it)."""
+        try:
+            signature = self._read_signature(server)
+        except ConfigError as exc:
+            self._exclude(server, f"what it serves does not fit this backend: {exc}")
+            return
         reference = self.signature
         names = ("the fleet", server.label)
         found = [] if reference is None else _mismatch(reference, signature, strict=self._strict, names=names)
+        if found:
+            self._exclude(server, "it serves another model: " + "; ".join(found))
+            return
         with self._lock:
-            if found:
-                server.state, server.why = State.EXCLUDED, "serves another model: " + "; ".join(found)
-                self._refresh_up()
-                logger.error("model %r: %s is never used: it %s", self.model, server.label, server.why)
-                return
             server.checked = True
             if reference is None:
                 self.signature = signature
+
+    def _exclude(self, server: Server, why: str) -> None:
+        with self._lock:
+            server.state, server.why = State.EXCLUDED, why
+            self._refresh_up()
+        logger.error("model %r: %s is never used: %s", self.model, server.label, why)
 
     # -- names resolved again ---------------------------------------------------------------------------
     def _resolve_later(self) -> None:
@@ -401,18 +443,30 @@ class Fleet:
 
     # -- server information and close -------------------------------------------------------------------
     def statistics(self) -> dict[str, Any]:
-        """Triton's statistics of the model on every server: ``model_stats`` entries, each with its ``server``."""
+        """Triton's statistics of the model on every server: ``model_stats`` entries, each with its ``server``.
+
+        One server: its error is the caller's. Several: a server that cannot say is an entry with its ``error``.
+        """
         entries: list[dict[str, Any]] = []
-        for server in self.servers:
+        servers = self.servers
+        for server in servers:
             try:
-                stats = server.transport.statistics(self.model, timeout_s=_CONTROL_TIMEOUT_S)
-            except CallError as exc:
-                if len(self._servers) == 1:
-                    raise to_public(exc, model=self.model, url=server.label) from exc
+                stats = self._statistics_of(server)
+            except MonaiTritonError as exc:
+                if len(servers) == 1:
+                    raise
                 entries.append({"server": server.label, "error": str(exc)})
                 continue
             entries += [{**entry, "server": server.label} for entry in stats.get("model_stats", [])]
         return {"model_stats": entries}
+
+    def _statistics_of(self, server: Server) -> dict[str, Any]:
+        if server.checked and not server.info.has(STATISTICS):  # an Open Inference Protocol server has none
+            raise ConfigError(f"model {self.model!r} on {server.label}: no statistics: {server.info.lacks(STATISTICS)}")
+        try:
+            return server.transport.statistics(self.model, timeout_s=_CONTROL_TIMEOUT_S)
+        except CallError as exc:
+            raise to_public(exc, model=self.model, url=server.label) from exc
 
     def close(self) -> None:
         with self._lock:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from ..deadlines import call_at
 from .endpoints import Address
+from .protocol import UNKNOWN_SERVER, ServerInfo
 from .translate import CallError
 from .transport import Transport
 from .workers import Workers
@@ -43,6 +44,7 @@ class Server:
         self.state = State.NEW
         self.why = ""  # the last probe's or failure's reason, for logs and errors
         self.checked = False  # its signature matched the fleet's
+        self.info: ServerInfo = UNKNOWN_SERVER  # what it speaks (protocol.py), learnt when it is first checked
         self.warned = False  # a WARNING said it is down: its return is logged too
         self.warned_model_down = False
         self.probe_delay_s = 0.0

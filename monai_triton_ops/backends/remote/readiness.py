@@ -13,6 +13,15 @@ The reason comes from the server's answers (readiness, repository index) and, wh
 server, from a plain TCP connect's errno: never from message text. A server that answers definitively
 (no such model or version, a model that failed to load) is an error at once, as with one server.
 
+A TLS server (``grpcs://``, ``https://``) whose calls fail while something listens on its port gets one
+TLS handshake of our own (``tls.check_handshake``): gRPC reports an untrusted certificate or a refused
+client certificate as ``UNAVAILABLE``, the word it also has for a server that is down, so without it a
+TLS problem would be waited out as "not ready". A handshake that fails is a ``ConfigError`` naming the
+server: at open it fails the open at once (the first round of probes, or a later one when the server
+came up meanwhile); on a fleet's later probes it is the reason that server stays down. The first round
+at open shakes hands with every TLS server before any call (:func:`check_tls`), so the first thing the
+server sees is our own handshake and its refusal is told at once.
+
 At open, :func:`wait_until_any_ready` probes every server in rounds until one is ready, within
 ``ready_timeout_s``, and says so at the default log level (WARNING) while it waits: which servers,
 why each is not ready, and how long it will still wait; at once, then every ``WAIT_LOG_S``.
@@ -31,7 +40,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import ModelLoadError, ModelNotFoundError, ServerUnavailableError
-from .endpoints import Address
+from .credentials import Credentials
+from .endpoints import Address, Endpoint
+from .tls import check_handshake
 from .translate import CallError, Status, to_public
 from .transport import Transport
 
@@ -74,10 +85,19 @@ class Probe:
         return f"{self.reason.value} ({self.detail})" if self.detail else self.reason.value
 
 
-def probe(transport: Transport, address: Address, model: str, version: int | None, *, timeout_s: float) -> Probe:
+def probe(
+    transport: Transport,
+    address: Address,
+    model: str,
+    version: int | None,
+    *,
+    timeout_s: float,
+    credentials: Credentials | None = None,
+) -> Probe:
     """Whether ``model`` is ready on the server at ``address``, and if not, why (see the module docstring).
 
-    Raises ``ModelNotFoundError`` or ``ModelLoadError`` when the server says the model can never be ready.
+    Raises ``ModelNotFoundError`` or ``ModelLoadError`` when the server says the model can never be ready,
+    ``ConfigError`` when TLS with it fails (``credentials``: what the transport was given).
     """
     timeout_s = max(0.05, min(PROBE_TIMEOUT_S, timeout_s))
     try:
@@ -97,13 +117,15 @@ def probe(transport: Transport, address: Address, model: str, version: int | Non
             return Probe(Reason.NO_ANSWER, f"nothing within {timeout_s:.3g} s")
         if exc.status is not Status.UNAVAILABLE:
             raise to_public(exc, model=model, url=address.label) from exc
-        return _why_unavailable(address, exc, timeout_s)
+        return _why_unavailable(address, exc, timeout_s, credentials)
 
 
-def _why_unavailable(address: Address, error: CallError, timeout_s: float) -> Probe:
-    """A call found no server: a TCP connect says why (by errno); a server that accepts it answered "not ready"."""
+def _why_unavailable(address: Address, error: CallError, timeout_s: float, credentials: Credentials | None) -> Probe:
+    """A call found no server: a TCP connect says why (by errno); a server that accepts it answered "not ready",
+    unless TLS with it fails (a ``ConfigError``)."""
     endpoint = address.endpoint
     if address.balanced or endpoint.port is None:
+        check_tls(endpoint, credentials, timeout_s)
         return Probe(Reason.NOT_READY, error.message)
     try:
         with socket.create_connection((endpoint.host, endpoint.port), timeout=timeout_s):
@@ -116,7 +138,15 @@ def _why_unavailable(address: Address, error: CallError, timeout_s: float) -> Pr
         if exc.errno == errno.ECONNREFUSED:
             return Probe(Reason.REFUSED, f"nothing listens on {endpoint.address}")
         return Probe(Reason.UNREACHABLE, exc.strerror or str(exc))
+    check_tls(endpoint, credentials, timeout_s)
     return Probe(Reason.NOT_READY, f"the server answers: {error.message}", stale_connection=True)
+
+
+def check_tls(endpoint: Endpoint, credentials: Credentials | None, timeout_s: float) -> None:
+    """A TLS problem with ``endpoint`` says so (``ConfigError``) instead of "not ready"; quiet for a plaintext
+    endpoint, a good handshake, or nothing to shake hands with (the probe says why)."""
+    if endpoint.tls and credentials is not None:
+        check_handshake(endpoint, credentials, timeout_s=timeout_s)
 
 
 def never_ready(index: Sequence[Mapping[str, Any]], model: str, version: int | None, where: str) -> str:
