@@ -254,6 +254,31 @@ def test_a_server_whose_model_process_died_fails_over_and_is_named_once(
         a.kill()  # its model cannot come back on its own: the next test gets a new server
 
 
+def test_a_one_request_infer_on_the_callers_thread_fails_over_within_its_deadline(
+    fleet: tuple[Replica, Replica], open_backend: Open
+) -> None:
+    """Over gRPC a one-request ``infer()`` makes its attempts on the caller's thread (no worker): a server killed
+    under it is left for the other one there, at once, within the request's deadline."""
+    a, b = fleet
+    backend = open_backend(spec("grpc", a, b), "pt")
+    exchange = backend._exchange  # type: ignore[attr-defined]
+    send, threads = exchange.send, []
+
+    def spying(transport: object, request: object) -> object:  # a spy: the real send runs
+        threads.append(threading.current_thread())
+        return send(transport, request)
+
+    exchange.send = spying
+    exact(backend, 2)
+    b.kill()
+    for i in range(6):  # round robin: the first request for b is the one that fails over
+        out = backend.infer({"INPUT__0": _X + i}, timeout_s=10)["OUTPUT__0"]
+        np.testing.assert_array_equal(out, _X + i)
+    assert backend.events["failed_over"] >= 1  # type: ignore[attr-defined]
+    assert len(threads) > 8  # the failed attempt(s) too
+    assert set(threads) == {threading.current_thread()}
+
+
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_an_error_the_model_reports_is_never_sent_to_another_server(
     fleet: tuple[Replica, Replica], open_backend: Open, scheme: str
