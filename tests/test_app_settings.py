@@ -43,6 +43,8 @@ SAMPLES = {
     "backend_config": "python:shm-region-prefix-name=x",
     "max_backoff_s": "2.5",
     "backoff_s": "0.5",
+    "probe_backoff_s": "0.5",
+    "servers": "triton-2.example:8001",
     "auth_token": "env:TRITON_TOKEN",
     "restricted_keys": "triton-admin-key=env:TRITON_ADMIN_KEY",
     "headers": "x-api-key=file:/run/secrets/api-key",

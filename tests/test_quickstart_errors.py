@@ -121,6 +121,20 @@ def dead_stub() -> BaseException:
     return status.to_public(answer, model="seg", url=status.IN_PROCESS)
 
 
+def mixed_fleet(tmp_path: Path) -> BaseException:
+    """Two real servers that serve different models under one name: refused when the backend opens."""
+    from . import triton_models
+
+    try:
+        find_tritonserver()
+    except exits.ServerError:
+        pytest.skip("no tritonserver installed")
+    vector = triton_models.passthrough(tmp_path / "vector", "seg")
+    matrix = triton_models.passthrough(tmp_path / "matrix", "seg", dims=(-1, -1))
+    with LocalTritonServer(vector) as first, LocalTritonServer(matrix) as second:
+        return raised(lambda: create_backend(f"{first.grpc_url},{second.grpc_address}", "seg").open())
+
+
 def untrusted_tls(tmp_path: Path) -> BaseException:
     """A real TLS listener on loopback whose certificate another CA signed than the one the client is given."""
     import ssl
@@ -282,6 +296,22 @@ def triggers(tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch) -> dic
         "backend 'fancy' cannot be imported (...)": lambda: raised(lambda: preflight.check_backend("fancy")),
         "model 'seg' on grpc://... was not ready within ... s (ready_timeout_s): ...": lambda: raised(
             lambda: create_backend("grpc://127.0.0.1:9?ready_timeout_s=0.5", "seg").open()  # nothing listens on 9
+        ),
+        "model 'seg' was not ready on any of its 2 servers within ... s (ready_timeout_s): grpc://... connection "
+        "refused (...); ...": lambda: raised(
+            lambda: create_backend("grpc://127.0.0.1:9,127.0.0.1:7?ready_timeout_s=0.5", "seg").open()
+        ),
+        "model 'seg': the servers do not serve the same model: grpc://... differs from grpc://...: ...": lambda: (
+            mixed_fleet(tmp_path)
+        ),
+        "model 'seg': option servers: 'h2' is not HOST:PORT (or grpc://HOST:PORT, the spec's scheme)": lambda: raised(
+            lambda: create_backend("grpc://h1:8001?servers=h2", "seg")
+        ),
+        "model 'seg': fallback=torch needs the local model repository (...)": lambda: raised(
+            lambda: create_backend("grpc://127.0.0.1:9?fallback=torch", "seg").open()
+        ),
+        "model 'seg': shared_memory=system needs one server on this host, and ... is 2; ...": lambda: raised(
+            lambda: create_backend("grpc://h1:8001,h2:8001?shared_memory=system", "seg")
         ),
         "seg: unrecognized arguments: --bogus": lambda: raised(lambda: app_parser("seg").parse_args(["--bogus"])),
         "Holoscan configuration file '...' (--config) does not exist": lambda: raised(

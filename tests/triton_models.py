@@ -284,14 +284,23 @@ import time
 import triton_python_backend_utils as pb_utils
 
 DELAY_S = {delay_s!r}
+LOAD_S = {load_s!r}
+ERROR = {error!r}
 
 
 class TritonPythonModel:
+    def initialize(self, args):
+        if LOAD_S:
+            time.sleep(LOAD_S)
+
     def execute(self, requests):
         if DELAY_S:
             time.sleep(DELAY_S)
         responses = []
         for request in requests:
+            if ERROR:
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(ERROR)))
+                continue
             tensor = pb_utils.get_input_tensor_by_name(request, "INPUT__0")
             output = pb_utils.Tensor.from_dlpack("OUTPUT__0", tensor)
             responses.append(pb_utils.InferenceResponse(output_tensors=[output]))
@@ -307,8 +316,13 @@ def passthrough(
     dims: Sequence[int] = (-1,),
     delay_s: float = 0.0,
     instances: int = 1,
+    load_s: float = 0.0,
+    error: str | None = None,
 ) -> Path:
-    """``OUTPUT__0 = INPUT__0`` handed back as the stub's own tensor through DLPack, nothing else imported."""
+    """``OUTPUT__0 = INPUT__0`` handed back as the stub's own tensor through DLPack, nothing else imported.
+
+    ``load_s``: its ``initialize`` takes that long (a model loading); ``error``: every request fails with it.
+    """
     (repo / name / "1").mkdir(parents=True, exist_ok=True)
     config = [
         f'name: "{name}"',
@@ -319,5 +333,5 @@ def passthrough(
         f"instance_group [ {{ kind: KIND_CPU count: {instances} }} ]",
     ]
     (repo / name / "config.pbtxt").write_text("\n".join(config) + "\n")
-    (repo / name / "1" / "model.py").write_text(_PASSTHROUGH_PY.format(delay_s=delay_s))
+    (repo / name / "1" / "model.py").write_text(_PASSTHROUGH_PY.format(delay_s=delay_s, load_s=load_s, error=error))
     return repo

@@ -155,8 +155,9 @@ def test_nan_voxels_are_refused_with_their_count_unless_allowed(clone: Clone, tm
 
 
 def assert_one_line_failure(result: subprocess.CompletedProcess[str], code: int, text: str, out: Path) -> None:
+    """One ``error:`` line; before it, only the lines saying the backend is waiting for its servers (and why)."""
     assert result.returncode == code, result.stderr
-    lines = result.stderr.splitlines()
+    lines = [line for line in result.stderr.splitlines() if "waiting for model" not in line]
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("error: ")
     assert text in lines[0]
@@ -167,6 +168,12 @@ def assert_one_line_failure(result: subprocess.CompletedProcess[str], code: int,
     ("case", "code", "text"),
     [
         ("unreachable_server", 3, "on grpc://127.0.0.1:9 was not ready within 2 s (ready_timeout_s)"),
+        (
+            "unreachable_fleet",
+            3,
+            "was not ready on any of its 2 servers within 2 s (ready_timeout_s): grpc://127.0.0.1:9 connection "
+            "refused (nothing listens on 127.0.0.1:9); grpc://127.0.0.1:7 connection refused",
+        ),
         ("channels", 2, "(dim 1: expected 1, got 2); the image is [2, 48, 40, 32] (channel first"),
         ("malformed_config", 2, "config.pbtxt: not a valid Triton model configuration"),
         ("model_name", 2, "model 'minimal_seg' not found in repository"),
@@ -179,6 +186,8 @@ def test_each_failure_is_one_line_with_its_exit_code_and_no_output(
     image, repo, out, extra = clone.image, clone.repo, tmp_path / "out", []
     if case == "unreachable_server":  # nothing listens on the discard port
         extra = ["--backend", "grpc://127.0.0.1:9?ready_timeout_s=2"]
+    elif case == "unreachable_fleet":  # every server of a fleet stopped: one line, no output
+        extra = ["--backend", "grpc://127.0.0.1:9,127.0.0.1:7?ready_timeout_s=2"]
     elif case == "channels":
         image = clone.image2
     elif case in ("malformed_config", "model_name"):

@@ -1,22 +1,32 @@
-"""``RemoteBackend``: a model served by a Triton server, over gRPC or HTTP (``grpc://``, ``http://``, TLS variants).
+"""``RemoteBackend``: a model served by Triton servers, over gRPC or HTTP (``grpc://``, ``http://``, TLS variants).
 
-Open: wait for the server and the model within ``ready_timeout_s``, read the signature (MONAI
-metadata included) from the server, compare it with a local ``config.pbtxt`` when the caller's
-repository has one, and, when tensors go through shared memory, register a first region (so a server
-that refuses client shared memory is found at open: ``auto`` falls back to the wire with one warning,
-``system`` fails).
+Open: wait (visibly) until a server of the fleet is ready within ``ready_timeout_s`` (a TLS failure
+with a server is a ``ConfigError`` at once, not a wait: ``readiness.py``), describe every ready server
+(``protocol.py``: Triton's model config, or an Open Inference Protocol server's model metadata; the
+signature with MONAI metadata, compared with a local ``config.pbtxt`` when the caller's repository has
+one) and check they serve the same model, and, when tensors go through shared memory (one server on
+this host, with Triton's extension only), register a first region (so a server that refuses client
+shared memory is found at open: ``auto`` falls back to the wire with one warning, ``system`` fails).
+With ``fallback=torch``, no server ready means the model runs in this process.
 
 A request, from the base's ``submit()`` to the wire (``docs/remote.md`` draws it):
 
     _submit(request)                        queue put on the worker pool (workers.py): never blocks
     _run(ticket)       on a worker thread:  the attempt loop below, bounded by the request's deadline
+                       (or on the caller's: _infer_here)
+      fleet.pick(tried)                     the server for this attempt (fleet.py)
       exchange.send(transport, request)     one attempt: slot or body, one blocking call, outputs (exchange.py)
         transport.infer(...)                tritonclient, a deadline on the call (grpc_/http_transport.py)
 
-One pool, one future per request (the pool's), retries as a plain loop on the worker: a transient
-error waits its backoff there (ended early by a cancel) and tries again while the deadline allows.
-Over gRPC, ``infer()`` runs ``_run`` on the caller's thread instead (``_infer_here``: no hand-off);
-HTTP clients belong to the workers' threads, so HTTP requests always go to the pool.
+One pool, one future per request (the pool's), attempts as a plain loop on the worker: a failure of
+the server (``fleet.FAILOVER``: unavailable, connection lost, its model process gone) goes at once to
+another server this request has not tried; when every server has been tried, a transient error waits
+its backoff there (ended early by a cancel) and a new round starts while ``retries`` and the deadline
+allow. An error the model reported, or the deadline, ends the loop at once.
+
+Over gRPC, ``infer()`` runs ``_run`` on the caller's thread instead (``_infer_here``: no hand-off), the
+same loop: failover, backoff (cut short by ``close()``'s cancel) and the fallback all keep the request's
+deadline on any thread. HTTP clients belong to the workers' threads, so HTTP requests always go to the pool.
 """
 
 from __future__ import annotations
@@ -25,8 +35,10 @@ import logging
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,24 +47,23 @@ from ...signature import ModelSignature
 from ..base import ArrayLike, BaseBackend, InferRequest
 from ..options import BackendOptions
 from . import shm
-from .endpoints import Endpoint, TransportSettings, connect
+from .endpoints import TransportSettings, spec_endpoints
 from .exchange import Exchange, Outputs
+from .fallback import TorchFallback
+from .fleet import FAILOVER, Fleet
 from .options import RemoteOptions
 from .pool import RegionPool
-from .protocol import BINARY_TENSORS, STATISTICS, SYSTEM_SHARED_MEMORY, UNKNOWN_SERVER, describe_model
+from .probing import Server
+from .protocol import SYSTEM_SHARED_MEMORY
 from .retry import Backoff
-from .server_model import wait_until_ready
-from .tls import check_handshake, check_tls_options
+from .tls import check_tls_options
 from .translate import CallError, Status, to_public
-from .transport import Transport
 from .workers import Workers
 
 logger = logging.getLogger(__name__)
 
 #: Deadline of the control calls made at open and close (metadata, config, registrations).
 _CONTROL_TIMEOUT_S = 10.0
-#: Deadline of the TLS handshake made at open to tell TLS problems from a server that is away (tls.py).
-_HANDSHAKE_TIMEOUT_S = 5.0
 #: How long ``close()`` waits for each worker thread to end once its last call has.
 _JOIN_TIMEOUT_S = 5.0
 
@@ -79,6 +90,19 @@ class _Ticket:
             self._wake.wait(seconds)
 
 
+@dataclass
+class _Attempts:
+    """What one request's attempts have been: per server this round, rounds, the last failure and where."""
+
+    started: float
+    tried: Counter[Server] = field(default_factory=Counter)
+    servers: set[str] = field(default_factory=set)
+    count: int = 0
+    rounds: int = 0
+    last: CallError | None = None
+    where: str = ""
+
+
 class RemoteBackend(BaseBackend):
     """One model on a Triton server; thread-safe; see the module docstring and ``docs/remote.md``."""
 
@@ -95,24 +119,35 @@ class RemoteBackend(BaseBackend):
         options: BackendOptions | None = None,
     ) -> None:
         super().__init__(model_name, model_repository=model_repository, version=version, urls=urls, options=options)
-        self.endpoints = tuple(Endpoint.parse(url) for url in self.urls)
+        options = self.remote_options
+        try:
+            self.endpoints = spec_endpoints(self.urls, options.servers)
+        except ConfigError as exc:
+            raise ConfigError(f"model {model_name!r}: {exc}") from exc
         if not self.endpoints:
             raise ConfigError(f"model {model_name!r}: a remote backend needs a server URL, e.g. grpc://HOST:8001")
-        if len(self.endpoints) > 1:
+        if len({e.scheme for e in self.endpoints}) > 1:
             raise ConfigError(
-                f"model {model_name!r}: several servers {list(self.urls)} (failover) are not supported yet; give one"
+                f"model {model_name!r}: every server of one backend needs the same scheme, got {self.urls}"
             )
-        self.url = self.endpoints[0].url
-        options = self.remote_options
+        self.url = ",".join(e.url for e in self.endpoints)
+        if options.shared_memory == "system" and len(self.endpoints) > 1:
+            raise ConfigError(
+                f"model {model_name!r}: shared_memory=system needs one server on this host, and {self.url} is "
+                f"{len(self.endpoints)}; use shared_memory=auto or none"
+            )
         self._backoff = Backoff(retries=options.retries, base_s=options.backoff_s, cap_s=options.max_backoff_s)
+        self._fallback: TorchFallback | None = None
+        self._events: Counter[str] = Counter()  # see ``events``
+        self._events_lock = threading.Lock()
         self._workers: Workers | None = None
-        self._transport: Transport | None = None
+        self._fleet: Fleet | None = None
         self._exchange: Exchange | None = None
         self._tickets: dict[int, _Ticket] = {}
         self._tickets_lock = threading.Lock()
         self._pid = os.getpid()
-        self._server = UNKNOWN_SERVER  # what the server speaks, learnt at open (protocol.py)
-        check_tls_options(self.endpoints, self.remote_options)
+        self._any_thread = False  # whether infer() may run on the caller's thread (the transports say, at open)
+        check_tls_options(self.endpoints, options)
 
     @property
     def remote_options(self) -> RemoteOptions:
@@ -133,59 +168,85 @@ class RemoteBackend(BaseBackend):
     def _open(self) -> ModelSignature:
         options = self.remote_options
         settings = TransportSettings.from_options(options)
+        if options.fallback == "torch":  # a fallback that could never run fails now, not when it is needed
+            self._fallback = TorchFallback(
+                self.model_name, self.model_repository, self.version, max_in_flight=options.max_in_flight
+            )
         workers = Workers(f"remote-{self.model_name}", options.max_in_flight)
-        transport: Transport | None = None
+        fleet: Fleet | None = None
         try:
-            transport = connect(self.endpoints[0], settings, workers)
-            self._wait(transport, settings, options)
-            served = describe_model(
-                transport,
+            fleet = Fleet(
                 self.model_name,
                 self.version,
-                timeout_s=_CONTROL_TIMEOUT_S,
+                self.endpoints,
+                settings,
+                workers,
+                options,
                 repository=self.model_repository,
-                max_batch_size=options.max_batch_size,
             )
-            signature, self._server = served.signature, served.server
-            transport.use_binary_tensors(served.server.has(BINARY_TENSORS))
-            pool = self._make_pool(transport, options)
+            signature = self._open_fleet(fleet, options)
+            only = fleet.only_server()
+            if only is None:
+                self._refuse_system_shm(fleet, options)
+            pool = self._make_pool(only, options) if only is not None else None
+            if pool is not None:
+                fleet.pin()
         except BaseException:
-            if transport is not None:
-                transport.close()
+            if fleet is not None:
+                fleet.close()
+            if self._fallback is not None:
+                self._fallback.close()
             workers.stop(join_timeout_s=_JOIN_TIMEOUT_S)
             raise
-        self._workers, self._transport = workers, transport
+        self._workers, self._fleet, self._any_thread = workers, fleet, fleet.any_thread
         version = "" if self.version is None else str(self.version)
         self._exchange = Exchange(signature, version, pool, fallback=options.shared_memory == "auto")
-        logger.info("%r: tensors via %s", self, "system shared memory" if pool else "the request body")
+        servers = len(fleet.servers)
+        logger.info(
+            "%r: %d server(s), tensors via %s", self, servers, "system shared memory" if pool else "the request body"
+        )
         return signature
 
-    def _wait(self, transport: Transport, settings: TransportSettings, options: RemoteOptions) -> None:
-        """Readiness, after a TLS handshake of our own: a TLS problem is a ``ConfigError`` now, not a long wait."""
-        endpoint, handshake_s = self.endpoints[0], min(_HANDSHAKE_TIMEOUT_S, options.ready_timeout_s)
-        check_handshake(endpoint, settings.credentials, timeout_s=handshake_s)
+    def _open_fleet(self, fleet: Fleet, options: RemoteOptions) -> ModelSignature:
+        """The fleet's signature (each server's checked against the local config); or the fallback's, when no
+        server is ready."""
         try:
-            wait_until_ready(transport, self.model_name, self.version, timeout_s=options.ready_timeout_s)
-        except ServerUnavailableError:
-            check_handshake(endpoint, settings.credentials, timeout_s=handshake_s)  # up meanwhile, refusing us?
-            raise
+            return fleet.open(options.ready_timeout_s)
+        except ServerUnavailableError as exc:
+            if self._fallback is None:
+                raise
+            signature = self._fallback.open(str(exc))
+            fleet.adopt(signature)
+            return signature
 
-    def _make_pool(self, transport: Transport, options: RemoteOptions) -> RegionPool | None:
-        mode = options.shared_memory
-        if mode == "cuda":
+    def _refuse_system_shm(self, fleet: Fleet, options: RemoteOptions) -> None:
+        """Several servers (or a name that may resolve to several): tensors travel in the request body."""
+        self._refuse_cuda(options)
+        if options.shared_memory == "system":
+            raise ConfigError(
+                f"model {self.model_name!r}: shared_memory=system needs one server on this host, and {fleet.label} "
+                "stands for several; use shared_memory=auto or none"
+            )
+
+    def _refuse_cuda(self, options: RemoteOptions) -> None:
+        if options.shared_memory == "cuda":
             raise BackendUnavailableError(
                 f"{self.url}: shared_memory=cuda needs a GPU and cuda-python; it is not supported by this build yet "
                 "(use auto, system or none)"
             )
+
+    def _make_pool(self, server: Server, options: RemoteOptions) -> RegionPool | None:
+        self._refuse_cuda(options)
+        mode, transport = options.shared_memory, server.transport
         if mode == "none" or (mode == "auto" and not self.endpoints[0].is_loopback):
             return None
-        if not self._server.has(SYSTEM_SHARED_MEMORY):
+        if not server.info.has(SYSTEM_SHARED_MEMORY):
             if mode == "system":
                 raise ConfigError(
-                    f"model {self.model_name!r}: shared_memory=system, but {self._server.lacks(SYSTEM_SHARED_MEMORY)} "
+                    f"model {self.model_name!r}: shared_memory=system, but {server.info.lacks(SYSTEM_SHARED_MEMORY)} "
                     f"at {self.url} (use shared_memory=auto or none)"
                 )
-            logger.info("%s: %s; tensors go in the request body", self.url, self._server.lacks(SYSTEM_SHARED_MEMORY))
+            logger.info("%s: %s; tensors go in the request body", self.url, server.info.lacks(SYSTEM_SHARED_MEMORY))
             return None
         shm.remove_stale_regions(lambda name: transport.unregister_system_shm(name, timeout_s=1.0))
         pool = RegionPool(transport, max_slots=options.max_in_flight + 4)
@@ -227,10 +288,10 @@ class RemoteBackend(BaseBackend):
             raise
 
     def _can_infer_here(self) -> bool:
-        """Over a transport any thread may use (gRPC): every call carries the request's time left and ends when
-        ``close()`` closes the channel, so ``infer()`` runs on the caller's thread. HTTP clients are the workers'."""
-        transport = self._transport
-        return transport is not None and transport.any_thread and os.getpid() == self._pid
+        """Over a transport any thread may use (gRPC): every attempt carries the request's time left, a backoff
+        or a fallback keeps its deadline too, and ``close()`` closes the channels and cancels the ticket, so
+        ``infer()`` runs on the caller's thread, failover included. HTTP clients are the workers'."""
+        return self._any_thread and os.getpid() == self._pid
 
     def _infer_here(self, request: InferRequest) -> Outputs:
         return self._run(self._ticket(request))
@@ -243,36 +304,84 @@ class RemoteBackend(BaseBackend):
         return ticket
 
     def _run(self, ticket: _Ticket) -> Outputs:
-        """One request on a worker (or the ``infer()`` caller's) thread: attempts in a plain loop, each inside the
-        request's deadline."""
-        request, started = ticket.request, time.monotonic()
-        attempt = 0
+        """One request on a worker (or the ``infer()`` caller's) thread: attempts in a plain loop over the fleet,
+        inside the request's deadline."""
+        request = ticket.request
+        attempts = _Attempts(time.monotonic())
         try:
             while True:
-                attempt += 1
-                transport = self._transport  # points 2-3: the next healthy endpoint's transport, per attempt
-                exchange = self._exchange
+                fleet, exchange = self._fleet, self._exchange
+                if ticket.cancelled or fleet is None or exchange is None:
+                    raise self._public(CallError(Status.CANCELLED, "cancelled before it was sent"), request, attempts)
+                if self._fallback is not None and not fleet.usable():
+                    self._count("fell_back")
+                    return dict(self._fallback.run(request, f"no server is up ({fleet.describe()})"))
+                server = fleet.pick(attempts.tried)
+                if server is None:
+                    if self._next_round(ticket, attempts):
+                        continue
+                    return self._give_up(request, fleet, attempts)
+                attempts.tried[server] += 1
+                attempts.count += 1
+                attempts.servers.add(server.label)
+                transport = fleet.take(server)
                 try:
-                    if ticket.cancelled or exchange is None or transport is None:
-                        raise CallError(Status.CANCELLED, "cancelled before it was sent")
-                    return exchange.send(transport, request)
+                    outputs = exchange.send(transport, request)
                 except CallError as error:
-                    delay = None
-                    if error.transient and not ticket.cancelled:
-                        delay = self._backoff.delay_s(attempt, request.deadline)
-                    if delay is None:
-                        raise self._public(error, request, attempt, time.monotonic() - started) from error
-                    logger.debug("model %r attempt %d: %s; retrying in %.3f s", self.model_name, attempt, error, delay)
-                    ticket.sleep(delay)
+                    attempts.last, attempts.where = error, server.label
+                    if error.status not in FAILOVER or ticket.cancelled:
+                        raise self._public(error, request, attempts) from error
+                    fleet.failed(server, error)
+                    logger.debug("model %r attempt %d on %s: %s", self.model_name, attempts.count, server.label, error)
+                    continue
+                finally:
+                    fleet.give_back(server)
+                fleet.succeeded(server)
+                if attempts.count > 1:
+                    self._count("failed_over")
+                return outputs
         finally:
             with self._tickets_lock:
                 self._tickets.pop(id(request), None)
 
-    def _public(self, error: CallError, request: InferRequest, attempts: int, waited_s: float) -> Exception:
+    def _next_round(self, ticket: _Ticket, attempts: _Attempts) -> bool:
+        """Every server tried: wait the backoff for a transient error and start a new round, or ``False``."""
+        last = attempts.last
+        if last is None or not last.transient or ticket.cancelled:
+            return False
+        delay = self._backoff.delay_s(attempts.rounds + 1, ticket.request.deadline)
+        if delay is None:
+            return False
+        attempts.rounds += 1
+        logger.debug("model %r: round %d failed (%s); again in %.3f s", self.model_name, attempts.rounds, last, delay)
+        ticket.sleep(delay)
+        attempts.tried.clear()
+        return True
+
+    def _give_up(self, request: InferRequest, fleet: Fleet, attempts: _Attempts) -> Outputs:
+        """No attempt left: the fallback when the servers failed (not the model), else the caller's error."""
+        last = attempts.last
+        if last is None:  # no server could take it at all (every one unchecked or serving another model)
+            last = CallError(Status.UNAVAILABLE, f"no server can take it: {fleet.describe()}")
+            attempts.where = fleet.label
+        error = self._public(last, request, attempts)
+        if self._fallback is not None and last.status in FAILOVER:
+            self._count("fell_back")
+            return dict(self._fallback.run(request, str(error)))
+        raise error
+
+    def _count(self, event: str) -> None:
+        with self._events_lock:
+            self._events[event] += 1
+
+    def _public(self, error: CallError, request: InferRequest, attempts: _Attempts) -> Exception:
         """The caller's error for the last attempt's ``error``: what the status means, and what we know."""
-        exc: Exception = to_public(error, model=self.model_name, url=self.url, waited_s=waited_s)
-        if attempts > 1:
-            exc = type(exc)(f"{exc} (after {attempts} attempts in {waited_s:.3g} s)")
+        waited_s = time.monotonic() - attempts.started
+        where = attempts.where or self.url
+        exc: Exception = to_public(error, model=self.model_name, url=where, waited_s=waited_s)
+        if attempts.count > 1:
+            servers = f" on {len(attempts.servers)} servers" if len(attempts.servers) > 1 else ""
+            exc = type(exc)(f"{exc} (after {attempts.count} attempts{servers} in {waited_s:.3g} s)")
         signature = self.signature
         text = [n for n in request.inputs if signature.input(n).dtype == "BYTES"]
         if text and error.status in (Status.INTERNAL, Status.MODEL_DOWN):  # what we know, not what the message says
@@ -291,39 +400,51 @@ class RemoteBackend(BaseBackend):
 
     def _close(self) -> None:
         exchange, self._exchange = self._exchange, None
-        transport, self._transport = self._transport, None
+        fleet, self._fleet = self._fleet, None
         workers, self._workers = self._workers, None
-        if os.getpid() != self._pid:  # a forked child: the parent's channel, threads and regions are not ours
+        if os.getpid() != self._pid:  # a forked child: the parent's channels, threads and regions are not ours
             return
         if exchange is not None and exchange.pool is not None:
             exchange.pool.close(time.monotonic() + _CONTROL_TIMEOUT_S)
-        if transport is not None:
-            transport.close()
+        if fleet is not None:
+            fleet.close()
+        if self._fallback is not None:
+            self._fallback.close()
         if workers is not None:
             workers.stop(join_timeout_s=_JOIN_TIMEOUT_S)
 
     # -- server information -------------------------------------------------------------------------
+    @property
+    def events(self) -> dict[str, int]:
+        """Requests answered after a failed attempt (``failed_over``: by another server, or the same one after a
+        backoff) and requests run by the ``fallback`` (``fell_back``), since open."""
+        with self._events_lock:
+            return {"failed_over": self._events["failed_over"], "fell_back": self._events["fell_back"]}
+
+    @property
+    def servers(self) -> dict[str, str]:
+        """Every server of the fleet and its state (``up``, ``suspect``, ``down``, ``new``, ``excluded``)."""
+        fleet = self._fleet
+        return {} if fleet is None else {s.label: s.state.value for s in fleet.servers}
+
     def statistics(self) -> dict[str, Any]:
-        """Triton's inference statistics for this model (executions, requests, queue and compute times)."""
-        transport = self._transport
-        if transport is None:
+        """Triton's inference statistics for this model (executions, requests, queue and compute times).
+
+        With several servers, ``model_stats`` holds every server's entries, each with its ``server``.
+        """
+        fleet = self._fleet
+        if fleet is None:
             raise BackendStateError(f"{self!r}: statistics() needs an open backend")
-        if not self._server.has(STATISTICS):
-            raise ConfigError(
-                f"model {self.model_name!r} on {self.url}: no statistics: {self._server.lacks(STATISTICS)}"
-            )
-        try:
-            return transport.statistics(self.model_name, timeout_s=_CONTROL_TIMEOUT_S)
-        except CallError as exc:
-            raise to_public(exc, model=self.model_name, url=self.url) from exc
+        return fleet.statistics()
 
     def shared_memory_regions(self) -> list[str]:
         """Names of this backend's regions registered on the server (diagnostics and tests)."""
-        transport = self._transport
-        if transport is None:
+        fleet = self._fleet
+        only = fleet.only_server() if fleet is not None else None
+        if only is None:
             return []
         try:
-            names = transport.system_shm_names(timeout_s=_CONTROL_TIMEOUT_S)
+            names = only.transport.system_shm_names(timeout_s=_CONTROL_TIMEOUT_S)
         except CallError as exc:
             raise to_public(exc, model=self.model_name, url=self.url) from exc
         return [n for n in names if n in set(shm.live_regions())]

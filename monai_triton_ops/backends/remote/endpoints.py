@@ -1,21 +1,31 @@
 """Where the servers are and how to reach them: a backend's endpoints, its transport settings, and ``connect``.
 
-A spec's URLs (``grpc://h1:8001``) become :class:`Endpoint` values; every endpoint of a backend is
-reached with the same :class:`TransportSettings` (TLS material, compression, keepalive), built once
-from the options, and :func:`connect` makes the transport for one endpoint. A backend holds a tuple of
-endpoints and picks one per attempt, so several servers (failover, a headless Service that resolves to
-many addresses) and credentials (client certificates, auth headers) are additions here, not a new
-layer on the request path.
+A spec's URLs (``grpc://h1:8001``) and the ``servers`` option become :class:`Endpoint` values
+(:func:`spec_endpoints`); every endpoint of a backend is reached with the same :class:`TransportSettings`
+(TLS material and auth headers from ``credentials.py``, compression, keepalive, reconnect backoff),
+built once from the options, and :func:`connect` makes the transport for one endpoint.
+
+A name can stand for several servers (a Kubernetes headless Service answers with the address of every
+ready pod): :func:`addresses_of` resolves an endpoint into the :class:`Address` values the fleet dials.
+
+    IP literal, or a loopback name (localhost)   one server, as written
+    a name with one address (or none yet)        one server, dialled by name (a proxy routing by host works)
+    a plaintext name with several addresses      one server per address, dialled by address: each is
+                                                 checked, balanced over and failed over on its own
+    a TLS name with several addresses            one server by name (the certificate names the host):
+                                                 gRPC's own round_robin spreads its calls over them
 """
 
 from __future__ import annotations
 
 import ipaddress
+import socket
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from ...errors import BackendUnavailableError
+from ...errors import BackendUnavailableError, ConfigError
 from .credentials import Credentials, load_credentials
 from .options import RemoteOptions
 
@@ -65,6 +75,7 @@ class TransportSettings:
     credentials: Credentials = field(default_factory=Credentials)  # TLS material and headers (credentials.py)
     compression: str | None = None  # gRPC message compression: gzip, deflate
     keepalive_s: float | None = None  # gRPC keepalive ping period
+    max_reconnect_backoff_s: float | None = None  # gRPC: reconnect to a server that went away at least this often
 
     @classmethod
     def from_options(cls, options: RemoteOptions) -> TransportSettings:
@@ -72,16 +83,87 @@ class TransportSettings:
             credentials=load_credentials(options),
             compression=None if options.compression == "none" else options.compression,
             keepalive_s=options.keepalive_s,
+            max_reconnect_backoff_s=options.max_probe_backoff_s,
         )
 
 
-def connect(endpoint: Endpoint, settings: TransportSettings, workers: Workers) -> Transport:
-    """The transport for ``endpoint``: gRPC shares one thread-safe client, HTTP has one per worker thread."""
+@dataclass(frozen=True)
+class Address:
+    """One server of a fleet: the endpoint dialled, the spec entry it came from, and how messages name it."""
+
+    origin: Endpoint  # as the spec (or the servers option) wrote it
+    endpoint: Endpoint  # what is dialled: the origin itself, or one of its name's addresses
+    label: str  # grpc://h:8001, or grpc://name:8001 (10.0.0.5) for one address of a name
+    balanced: bool = False  # a TLS gRPC name over several addresses: gRPC's round_robin inside one channel
+
+    @property
+    def key(self) -> str:
+        return self.label
+
+
+#: ``resolve(host, port)`` -> the host's addresses, in the resolver's order; ``OSError`` when it has none.
+Resolver = Callable[[str, int], list[str]]
+
+
+def resolve(host: str, port: int) -> list[str]:
+    """Every address of ``host`` for TCP (A and AAAA records, ``/etc/hosts``), duplicates dropped."""
+    found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in found))
+
+
+def is_name(origin: Endpoint) -> bool:
+    """Whether ``origin`` names a host that :func:`addresses_of` resolves (not an address, not loopback)."""
+    return origin.port is not None and not is_loopback(origin.host) and not _is_literal(origin.host)
+
+
+def addresses_of(origin: Endpoint, resolver: Resolver = resolve) -> list[Address]:
+    """The servers ``origin`` stands for now (see the module docstring); a name that does not resolve is kept."""
+    as_written = [Address(origin, origin, origin.url)]
+    if origin.port is None or not is_name(origin):
+        return as_written
+    try:
+        hosts = resolver(origin.host, origin.port)
+    except OSError:  # no record yet (a headless Service without ready pods): probes say so, and resolve again
+        return as_written
+    if len(hosts) <= 1:
+        return as_written
+    if origin.tls:
+        return [Address(origin, origin, origin.url, balanced=origin.protocol == "grpc")]
+    return [
+        Address(origin, Endpoint.parse(f"{origin.scheme}://{_bracketed(h)}:{origin.port}"), f"{origin.url} ({h})")
+        for h in hosts
+    ]
+
+
+def spec_endpoints(urls: Sequence[str], servers: Sequence[str]) -> tuple[Endpoint, ...]:
+    """The spec's URLs, then the ``servers`` option's (``HOST:PORT`` or a URL of the same scheme), once each."""
+    endpoints = [Endpoint.parse(url) for url in urls]
+    scheme = endpoints[0].scheme if endpoints else "grpc"
+    for entry in servers:
+        text = entry.strip()
+        parts = urlsplit(text if "://" in text else f"{scheme}://{text}")
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        if parts.scheme != scheme or not parts.hostname or port is None or parts.path:
+            raise ConfigError(
+                f"option servers: {entry!r} is not HOST:PORT (or {scheme}://HOST:PORT, the spec's scheme)"
+            )
+        endpoints.append(Endpoint.parse(f"{scheme}://{parts.netloc}"))
+    return tuple(dict.fromkeys(endpoints))
+
+
+def connect(endpoint: Endpoint, settings: TransportSettings, workers: Workers, *, balanced: bool = False) -> Transport:
+    """The transport for ``endpoint``: gRPC shares one thread-safe client, HTTP has one per worker thread.
+
+    ``balanced``: a gRPC name with several addresses, spread by the channel's ``round_robin``.
+    """
     try:
         if endpoint.protocol == "grpc":
             from .grpc_transport import GrpcTransport
 
-            return GrpcTransport(endpoint, settings)
+            return GrpcTransport(endpoint, settings, balanced=balanced)
         from .http_transport import HttpTransport
 
         return HttpTransport(endpoint, settings, workers)
@@ -99,3 +181,15 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def _is_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

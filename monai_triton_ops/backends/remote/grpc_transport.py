@@ -7,13 +7,24 @@ channel, which ends every call still out (``CANCELLED``). Withdrawing calls earl
 anyway: Triton 2.51 does not stop a model that is running, and its gRPC cancellation path is the one
 with known crashes.
 
-Every call carries ``client_timeout`` (gRPC's own deadline). The client's default channel arguments
-are kept: they raise gRPC's 4 MB message limits to 2 GB, and passing ``channel_args`` would replace
-them; keepalive goes through ``KeepAliveOptions`` instead, which leaves the limits alone.
+Every call carries ``client_timeout`` (gRPC's own deadline). Channel arguments (:func:`channel_args`)
+are tritonclient's own defaults written out again, since passing ``channel_args`` replaces them and
+gRPC would fall back to its 4 MB receive limit (pitfall C5): the 2 GB message limits and keepalive,
+plus two of ours. The channel reconnects to a server that went away at most every
+``max_reconnect_backoff_s`` (gRPC's default grows to 120 s, so a restarted server would be left unused
+for minutes while calls fail fast); and a ``balanced`` channel (a TLS name over several addresses)
+spreads its calls with gRPC's ``round_robin``. gRPC's client-side health checking is not configured:
+it needs the ``Health/Watch`` stream, which Triton 2.51 does not implement (``Check`` only); the
+fleet's probes check readiness instead.
+
+TLS and auth (``credentials.py``, ``tls.py``) are orthogonal to those arguments: a ``grpcs://`` channel
+gets its channel credentials (CA, client certificate) beside the same arguments, and the auth headers
+go on every call through a client plugin.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -46,7 +57,7 @@ class GrpcTransport(Transport):
     protocol = "grpc"
     any_thread = True  # one thread-safe client; every call has its deadline; close() ends calls still out
 
-    def __init__(self, endpoint: Endpoint, settings: TransportSettings) -> None:
+    def __init__(self, endpoint: Endpoint, settings: TransportSettings, *, balanced: bool = False) -> None:
         self.url = endpoint.url
         self._requests = RequestBuilder(grpcclient, binary={})
         self._closed = False
@@ -60,7 +71,7 @@ class GrpcTransport(Transport):
         self._client = grpcclient.InferenceServerClient(
             url=endpoint.address,
             creds=grpc_channel_credentials(credentials) if endpoint.tls else None,
-            keepalive_options=keepalive,
+            channel_args=channel_args(keepalive, balanced=balanced, reconnect_s=settings.max_reconnect_backoff_s),
         )
         plugin = credentials.plugin(self.protocol)
         if plugin is not None:
@@ -180,6 +191,29 @@ class GrpcTransport(Transport):
         """Close the channel: calls still out end at once (``CANCELLED``)."""
         self._closed = True
         self._client.close()
+
+
+def channel_args(
+    keepalive: grpcclient.KeepAliveOptions | None, *, balanced: bool = False, reconnect_s: float | None = None
+) -> list[tuple[str, object]]:
+    """tritonclient's own channel arguments (2 GB message limits, keepalive), and ours (see the module docstring)."""
+    options = keepalive or grpcclient.KeepAliveOptions()
+    args: list[tuple[str, object]] = [
+        ("grpc.max_send_message_length", grpcclient.MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.max_receive_message_length", grpcclient.MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.keepalive_time_ms", options.keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", options.keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", options.keepalive_permit_without_calls),
+        ("grpc.http2.max_pings_without_data", options.http2_max_pings_without_data),
+    ]
+    if reconnect_s is not None:
+        args += [
+            ("grpc.initial_reconnect_backoff_ms", int(min(1.0, reconnect_s) * 1000)),
+            ("grpc.max_reconnect_backoff_ms", int(reconnect_s * 1000)),
+        ]
+    if balanced:
+        args.append(("grpc.service_config", json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})))
+    return args
 
 
 def _entry(model: dict[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ import gevent
 import numpy as np
 import tritonclient.http as httpclient
 from gevent._hub_local import get_hub_if_exists
+from geventhttpclient.response import HTTPConnectionClosed
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as pb
 from tritonclient.http._utils import _raise_if_error
@@ -56,6 +57,8 @@ def _translate(exc: BaseException) -> CallError:
         return from_http_status(exc.status(), exc.message() or str(exc))
     if isinstance(exc, OSError):
         return from_os_error(exc)
+    if isinstance(exc, HTTPConnectionClosed):  # the server went away mid-response (killed, restarted)
+        return CallError(Status.UNAVAILABLE, f"the connection closed before the whole response came: {exc}")
     return CallError(Status.INTERNAL, f"{type(exc).__name__}: {exc}")
 
 
@@ -100,7 +103,7 @@ class HttpTransport(Transport):
             with gevent.Timeout(timeout_s, _Deadline):
                 return fn(client)
         except Exception as exc:  # every failure leaves as a CallError
-            if isinstance(exc, _Deadline | OSError):  # the socket may be mid-message: a new client next time
+            if isinstance(exc, _Deadline | OSError | HTTPConnectionClosed):  # the socket may be mid-message: a new one
                 self._workers.discard(self)
             raise _translate(exc) from exc
 

@@ -17,6 +17,7 @@ from .credentials import check_credential_options
 
 SharedMemory = Literal["auto", "system", "cuda", "none"]
 Compression = Literal["none", "gzip", "deflate"]
+Fallback = Literal["none", "torch"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +42,12 @@ class RemoteOptions(BackendOptions):
     ``max_backoff_s``, inside the deadline; ``compression`` gRPC message compression;
     ``keepalive_s`` gRPC keepalive ping period; ``root_certificates`` a PEM file for
     ``grpcs://`` servers with a private CA.
+
+    Several servers (``fleet.py``): ``servers`` more ``HOST:PORT`` of the spec's scheme, beside the
+    spec's own; a server that fails is probed again after ``probe_backoff_s``, doubling up to
+    ``max_probe_backoff_s``; names are resolved again every ``resolve_interval_s`` (a headless
+    Service's pods come and go); ``fallback=torch`` runs a request in-process on the local model
+    repository when no server can.
     """
 
     timeout_s: float | None = 120.0
@@ -58,6 +65,11 @@ class RemoteOptions(BackendOptions):
     compression: Compression = "none"
     keepalive_s: float | None = None
     root_certificates: Path | None = None
+    servers: tuple[str, ...] = ()
+    probe_backoff_s: float = 0.25
+    max_probe_backoff_s: float = 5.0
+    resolve_interval_s: float = 30.0
+    fallback: Fallback = "none"
 
     def __post_init__(self) -> None:
         super_post_init = getattr(super(), "__post_init__", None)
@@ -65,8 +77,15 @@ class RemoteOptions(BackendOptions):
             super_post_init()
         if self.timeout_s is None:
             raise ConfigError("remote backends need a deadline on every call: timeout_s must be a number of seconds")
-        for name in ("timeout_s", "ready_timeout_s"):
+        for name in ("timeout_s", "ready_timeout_s", "probe_backoff_s", "max_probe_backoff_s", "resolve_interval_s"):
             _positive(name, getattr(self, name))
+        if self.probe_backoff_s > self.max_probe_backoff_s:
+            raise ConfigError(
+                f"probing needs probe_backoff_s <= max_probe_backoff_s, got {self.probe_backoff_s} and "
+                f"{self.max_probe_backoff_s}"
+            )
+        if self.fallback not in ("none", "torch"):
+            raise ConfigError(f"fallback must be none or torch, got {self.fallback!r}")
         if self.keepalive_s is not None:
             _positive("keepalive_s", self.keepalive_s)
         if self.retries < 0:

@@ -1,4 +1,4 @@
-"""What the server says about one model: readiness within one deadline, and its signature from its config.
+"""What the server says about one model: its signature from its config (readiness is ``readiness.py``).
 
 The signature comes from the server alone (``config.pbtxt`` as the server loaded it, MONAI metadata in
 its ``parameters``), so a client needs no local file. A local ``config.pbtxt`` is only compared, when
@@ -8,86 +8,16 @@ the caller's model repository has one: a mismatch means the app was built for an
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from ...errors import ConfigError, ModelLoadError, ModelNotFoundError, ServerUnavailableError
+from ...errors import ConfigError
 from ...repository import layout
 from ...repository.config import read_config, signature_from_config
 from ...signature import ModelSignature
-from .translate import CallError, Status, to_public
+from .translate import CallError, to_public
 from .transport import Transport
 
 logger = logging.getLogger(__name__)
-
-#: One probe's deadline while waiting; the whole wait has the caller's deadline.
-_PROBE_TIMEOUT_S = 2.0
-_POLL_FIRST_S = 0.05
-_POLL_MAX_S = 1.0
-#: Repository states in which a model may still become ready.
-_PENDING_STATES = frozenset({"LOADING", "UNLOADING", "READY", ""})
-
-
-def wait_until_ready(transport: Transport, model: str, version: int | None, *, timeout_s: float) -> None:
-    """Return once ``model`` (``version``, or the server's choice) is ready; fail fast when it never will be.
-
-    Raises ``ModelNotFoundError`` (listing what the server has) for a wrong name or version,
-    ``ModelLoadError`` for a model the server failed to load, ``ServerUnavailableError`` when the
-    server does not answer or the model is not ready within ``timeout_s``.
-    """
-    started = time.monotonic()
-    deadline = started + timeout_s
-    poll = _POLL_FIRST_S
-    last = "no answer yet"
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise ServerUnavailableError(
-                f"model {model!r} on {transport.url} was not ready within {timeout_s:g} s (ready_timeout_s): {last}"
-            )
-        probe = min(_PROBE_TIMEOUT_S, remaining)
-        try:
-            if transport.is_model_ready(model, _version(version), timeout_s=probe):
-                logger.info("model %r ready on %s after %.2f s", model, transport.url, time.monotonic() - started)
-                return
-            index = transport.repository_index(timeout_s=probe)
-            last = _never_ready(index, model, version, transport.url)
-        except CallError as exc:
-            if exc.status not in (Status.UNAVAILABLE, Status.DEADLINE):
-                raise to_public(exc, model=model, url=transport.url) from exc
-            last = f"{exc.status.value}: {exc.message}"
-        time.sleep(max(0.0, min(poll, deadline - time.monotonic())))
-        poll = min(2 * poll, _POLL_MAX_S)
-
-
-def _never_ready(index: Sequence[dict[str, Any]], model: str, version: int | None, url: str) -> str:
-    """Raise when the index shows the model can never become ready; else describe its state."""
-    entries = [e for e in index if e.get("name") == model]
-    if not entries:
-        raise ModelNotFoundError(f"model {model!r} is not on {url}; the server has: {_listing(index)}")
-    if version is not None:
-        versioned = [e for e in entries if str(e.get("version", "")) == str(version)]
-        if not versioned and any(e.get("state") == "READY" for e in entries):
-            raise ModelNotFoundError(f"model {model!r} has no version {version} on {url}; it has: {_listing(entries)}")
-        entries = versioned or entries
-    for entry in entries:
-        state = str(entry.get("state", ""))
-        if state not in _PENDING_STATES:
-            reason = entry.get("reason") or "no reason given"
-            raise ModelLoadError(f"model {model!r} is {state} on {url}: {reason}")
-    return "state " + ", ".join(str(e.get("state") or "unknown") for e in entries)
-
-
-def _listing(index: Sequence[dict[str, Any]]) -> str:
-    if not index:
-        return "no models"
-    items = []
-    for entry in sorted(index, key=lambda e: (str(e.get("name")), str(e.get("version")))):
-        version = f" version {entry['version']}" if entry.get("version") else ""
-        items.append(f"{entry.get('name')}{version} ({entry.get('state') or 'unknown'})")
-    return ", ".join(items)
 
 
 def read_signature(transport: Transport, model: str, version: int | None, *, timeout_s: float) -> ModelSignature:
@@ -117,24 +47,30 @@ def check_local_config(signature: ModelSignature, repository: str | Path | None,
     if not path.is_file():
         return
     local = signature_from_config(read_config(path, name=signature.name), version=signature.version)
-    differences = _differences(local, signature)
-    if differences:
+    found = differences(local, signature)
+    if found:
         raise ConfigError(
-            f"model {signature.name!r}: the local {str(path)!r} does not match what {url} serves: "
-            + "; ".join(differences)
+            f"model {signature.name!r}: the local {str(path)!r} does not match what {url} serves: " + "; ".join(found)
         )
     logger.debug("local %s matches the server's configuration", path)
 
 
-def _differences(local: ModelSignature, served: ModelSignature) -> list[str]:
+def differences(
+    local: ModelSignature, served: ModelSignature, *, names: tuple[str, str] = ("local", "server")
+) -> list[str]:
+    """What differs between two signatures of one model: tensors (names, dtypes, shapes) and ``max_batch_size``.
+
+    ``names`` say which is which in the text (the local file and the server; two servers of a fleet).
+    """
+    first, second = names
     found = []
     if local.max_batch_size != served.max_batch_size:
-        found.append(f"max_batch_size local {local.max_batch_size}, server {served.max_batch_size}")
+        found.append(f"max_batch_size {first} {local.max_batch_size}, {second} {served.max_batch_size}")
     for kind in ("inputs", "outputs"):
         mine = [(s.name, s.dtype, list(s.shape)) for s in getattr(local, kind)]
         theirs = [(s.name, s.dtype, list(s.shape)) for s in getattr(served, kind)]
         if mine != theirs:
-            found.append(f"{kind} local {mine}, server {theirs}")
+            found.append(f"{kind} {first} {mine}, {second} {theirs}")
     return found
 
 

@@ -11,6 +11,9 @@ raise greenlet errors); an executor runs no code as its threads end. A backend t
     value = workers.call(fn, timeout_s=5)         # a control call from any thread, run on a worker
     client = workers.local(key, make)             # the calling worker's own resource, closed as it ends
     workers.stop(join_timeout_s=5)
+
+A backend has a second, one-thread pool for probing servers that failed (``fleet.py``): resources are per
+thread whatever pool the thread belongs to, so a probe over HTTP runs on the prober with a client of its own.
 """
 
 from __future__ import annotations
@@ -32,6 +35,11 @@ A = TypeVar("A")
 Made = tuple[T, Callable[[], None]]
 #: Extra wait, beyond a control call's own deadline, for a worker busy with a request to pick it up.
 QUEUE_GRACE_S = 1.0
+#: Each worker thread's resources, whichever pool it belongs to (``local`` and ``on_worker`` read it).
+_THREAD = threading.local()
+#: Run on every worker thread as it ends, after its resources are released (``at_thread_exit``).
+_AT_EXIT: list[Callable[[], None]] = []
+_AT_EXIT_LOCK = threading.Lock()
 
 
 class Workers:
@@ -39,8 +47,6 @@ class Workers:
 
     def __init__(self, name: str, count: int) -> None:
         self._queue: queue.SimpleQueue[tuple[Callable[[Any], Any], Any, Future[Any]] | None] = queue.SimpleQueue()
-        self._local = threading.local()
-        self._at_exit: list[Callable[[], None]] = []
         self.closed = False
         self._threads = [
             threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(max(1, count))
@@ -67,27 +73,33 @@ class Workers:
             future.cancel()
             raise CallError(Status.DEADLINE, f"no worker answered within {timeout_s:.3g} s") from None
 
-    def on_worker(self) -> bool:
-        return hasattr(self._local, "resources")
+    @staticmethod
+    def on_worker() -> bool:
+        """Whether the calling thread is a worker (of any pool): it can own resources."""
+        return hasattr(_THREAD, "resources")
 
-    def local(self, key: object, make: Callable[[], Made[T]]) -> T:
+    @staticmethod
+    def local(key: object, make: Callable[[], Made[T]]) -> T:
         """This worker's resource for ``key``, made on first use; released (on this thread) when the worker ends."""
-        resources: dict[object, Made[Any]] = self._local.resources
+        resources: dict[object, Made[Any]] = _THREAD.resources
         if key not in resources:
             resources[key] = make()
         resource: T = resources[key][0]
         return resource
 
-    def discard(self, key: object) -> None:
+    @staticmethod
+    def discard(key: object) -> None:
         """Release this worker's resource for ``key`` now (a connection left mid-message); the next use makes one."""
-        made = self._local.resources.pop(key, None)
+        made = _THREAD.resources.pop(key, None)
         if made is not None:
             _quietly(made[1])
 
-    def at_thread_exit(self, hook: Callable[[], None]) -> None:
-        """Run ``hook`` on each worker as it ends, after its resources are released (once per hook)."""
-        if hook not in self._at_exit:
-            self._at_exit.append(hook)
+    @staticmethod
+    def at_thread_exit(hook: Callable[[], None]) -> None:
+        """Run ``hook`` on every worker (of any pool) as it ends, after its resources are released (once per hook)."""
+        with _AT_EXIT_LOCK:
+            if hook not in _AT_EXIT:
+                _AT_EXIT.append(hook)
 
     def stop(self, *, join_timeout_s: float) -> None:
         """Refuse new work, let the queued work run, wait for the threads; idempotent."""
@@ -102,7 +114,7 @@ class Workers:
 
     def _work(self) -> None:
         resources: dict[object, Made[Any]] = {}
-        self._local.resources = resources
+        _THREAD.resources = resources
         try:
             while (job := self._queue.get()) is not None:
                 fn, arg, future = job
@@ -121,7 +133,9 @@ class Workers:
             for _, release in reversed(list(resources.values())):
                 _quietly(release)
             resources.clear()
-            for hook in self._at_exit:
+            with _AT_EXIT_LOCK:
+                hooks = list(_AT_EXIT)
+            for hook in hooks:
                 _quietly(hook)
 
 

@@ -9,9 +9,13 @@ here (``certs.py``). Secrets come from environment variables and files, as a dep
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
+import socket
+import ssl
+import threading
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -223,6 +227,61 @@ def test_through_a_proxy_with_a_bearer_token(
     with pytest.raises(ConfigError, match="TLS certificate is not trusted") as info:
         open_backend(url, MODEL, **{**options, "root_certificates": pki.other.pem})
     assert str(pki.other.pem) in str(info.value)
+
+
+# -- several TLS servers behind one backend (a fleet) ------------------------------------------------
+def test_every_server_of_a_tls_fleet_is_reached_with_the_same_material_and_headers(
+    server: LocalTritonServer, nginx: proxy.Proxy, pki: Pki, open_backend: Open
+) -> None:
+    """Triton's mutual-TLS port and nginx's gRPC over TLS in one spec: the CA, client certificate, bearer token and
+    restricted key reach both, or a request sent to one of them would be refused (never failed over)."""
+    fleet = f"grpcs://127.0.0.1:{server.grpc_port},127.0.0.1:{nginx.grpcs_port}"
+    backend = open_backend(fleet, MODEL, **mutual(pki, auth_token=f"env:{TOKEN_ENV}"))
+    for _ in range(4):  # round robin: two requests on each server
+        _identity(backend)
+    assert set(backend.servers.values()) == {"up"}, backend.servers  # type: ignore[attr-defined]
+    assert backend.events["failed_over"] == 0  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def _tls_port(pair: certs.Pair) -> Iterator[int]:
+    """A loopback port that completes TLS handshakes with ``pair``'s certificate and then says nothing."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(pair.cert, pair.key)
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            with conn, contextlib.suppress(OSError):
+                conn.settimeout(2)
+                context.wrap_socket(conn, server_side=True)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        listener.close()
+
+
+def test_a_server_of_a_tls_fleet_whose_certificate_is_not_trusted_fails_the_open_naming_it(
+    server: LocalTritonServer, pki: Pki, open_backend: Open, tmp_path: Path
+) -> None:
+    """Each server gets the handshake of its own, not only the first: a TLS problem is no wait on any of them."""
+    with _tls_port(pki.other.issue(tmp_path, "impostor", server=True)) as port:
+        spec = f"grpcs://127.0.0.1:{server.grpc_port},127.0.0.1:{port}?ready_timeout_s=60"
+        with pytest.raises(ConfigError, match="TLS certificate is not trusted") as info:
+            open_backend(spec, MODEL, **mutual(pki))
+    assert str(info.value).startswith(f"grpcs://127.0.0.1:{port}: "), info.value
+    assert str(pki.ca.pem) in str(info.value)
 
 
 # -- secrets stay secret ----------------------------------------------------------------------------
