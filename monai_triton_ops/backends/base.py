@@ -45,7 +45,7 @@ from ..validation import dtype_name, validate_inputs
 from .arrays import ArrayFamily, ArrayLike, batch_of, join, split, to_family
 from .deadlines import call_at
 from .options import BackendOptions
-from .requests import Call, InferRequest, complete, unwrapped, wanted_outputs
+from .requests import Call, InferRequest, Parameter, checked_parameters, complete, unwrapped, wanted_outputs
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -78,6 +78,8 @@ class BaseBackend(ABC):
     kind: ClassVar[str] = "base"
     #: The frozen dataclass of options this backend accepts.
     options_type: ClassVar[type[BackendOptions]] = BackendOptions
+    #: Whether requests may carry Triton request parameters (``submit(..., parameters=...)``) to the model.
+    takes_parameters: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -214,16 +216,19 @@ class BaseBackend(ABC):
         *,
         outputs: Sequence[str] | None = None,
         timeout_s: float | None = None,
+        parameters: Mapping[str, Parameter] | None = None,
     ) -> Future[dict[str, ArrayLike]]:
         """Start one inference; the future holds every requested output (default: all).
 
         Inputs are checked against the signature before anything runs; a batch above
         ``max_batch_size`` is split into requests and joined back in order. Outputs come back in
         the first input's array family and on its device. ``timeout_s`` (default: the options')
-        bounds the whole call; past it the future raises ``InferenceTimeoutError``.
+        bounds the whole call; past it the future raises ``InferenceTimeoutError``. ``parameters``
+        are Triton request parameters for the model (backends with ``takes_parameters`` only).
         """
         signature = self._signature_if_open("submit()")
         validate_inputs(signature, inputs)
+        given_parameters = checked_parameters(self, parameters)
         wanted = wanted_outputs(signature, outputs)
         timeout = self.options.timeout_s if timeout_s is None else timeout_s
         if timeout is not None and not timeout > 0:
@@ -232,7 +237,14 @@ class BaseBackend(ABC):
         family = ArrayFamily.of(given[signature.input_names[0]])
         deadline = None if timeout is None else time.monotonic() + timeout
         requests = [
-            InferRequest(model=self.model_name, inputs=part, outputs=wanted, family=family, deadline=deadline)
+            InferRequest(
+                model=self.model_name,
+                inputs=part,
+                outputs=wanted,
+                family=family,
+                deadline=deadline,
+                parameters=given_parameters,
+            )
             for part in self._parts(signature, given)
         ]
         call = Call(requests, timeout)
@@ -258,9 +270,10 @@ class BaseBackend(ABC):
         *,
         outputs: Sequence[str] | None = None,
         timeout_s: float | None = None,
+        parameters: Mapping[str, Parameter] | None = None,
     ) -> dict[str, ArrayLike]:
         """``submit(...).result()``: run the model and return the requested outputs."""
-        return self.submit(inputs, outputs=outputs, timeout_s=timeout_s).result()
+        return self.submit(inputs, outputs=outputs, timeout_s=timeout_s, parameters=parameters).result()
 
     @overload
     def __call__(self, data: torch.Tensor) -> torch.Tensor: ...

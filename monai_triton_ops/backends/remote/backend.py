@@ -41,6 +41,7 @@ from .retry import Backoff
 from .server_model import check_local_config, read_signature, wait_until_ready
 from .translate import CallError, Status, to_public
 from .transport import Transport
+from .volume import open_volume_model, served_name, volume_parameters
 from .workers import Workers
 
 logger = logging.getLogger(__name__)
@@ -78,6 +79,7 @@ class RemoteBackend(BaseBackend):
 
     kind = "remote"
     options_type = RemoteOptions
+    takes_parameters = True
 
     def __init__(
         self,
@@ -88,7 +90,11 @@ class RemoteBackend(BaseBackend):
         urls: Sequence[str] = (),
         options: BackendOptions | None = None,
     ) -> None:
-        super().__init__(model_name, model_repository=model_repository, version=version, urls=urls, options=options)
+        mode = options.mode if isinstance(options, RemoteOptions) else "window"
+        #: The model the app names; in volume mode requests go to ``<network>_volume`` (``volume.py``).
+        self.network = model_name
+        served = served_name(model_name, mode)
+        super().__init__(served, model_repository=model_repository, version=version, urls=urls, options=options)
         self.endpoints = tuple(Endpoint.parse(url) for url in self.urls)
         if not self.endpoints:
             raise ConfigError(f"model {model_name!r}: a remote backend needs a server URL, e.g. grpc://HOST:8001")
@@ -129,9 +135,7 @@ class RemoteBackend(BaseBackend):
         transport: Transport | None = None
         try:
             transport = connect(self.endpoints[0], settings, workers)
-            wait_until_ready(transport, self.model_name, self.version, timeout_s=options.ready_timeout_s)
-            signature = read_signature(transport, self.model_name, self.version, timeout_s=_CONTROL_TIMEOUT_S)
-            check_local_config(signature, self.model_repository, url=self.url)
+            signature = self._read_model(transport, options)
             pool = self._make_pool(transport, options)
         except BaseException:
             if transport is not None:
@@ -139,9 +143,28 @@ class RemoteBackend(BaseBackend):
             workers.stop(join_timeout_s=_JOIN_TIMEOUT_S)
             raise
         self._workers, self._transport = workers, transport
-        version = "" if self.version is None else str(self.version)
-        self._exchange = Exchange(signature, version, pool, fallback=options.shared_memory == "auto")
+        version, parameters = "" if self.version is None else str(self.version), {}
+        if options.mode == "volume":  # the version asked for is the network's, sent along as a parameter
+            version, parameters = "", volume_parameters(self.version)
+        self._exchange = Exchange(
+            signature, version, pool, fallback=options.shared_memory == "auto", parameters=parameters
+        )
         logger.info("%r: tensors via %s", self, "system shared memory" if pool else "the request body")
+        return signature
+
+    def _read_model(self, transport: Transport, options: RemoteOptions) -> ModelSignature:
+        """Wait for the model, read its signature from the server, compare it with a local config."""
+        if options.mode == "volume":
+            return open_volume_model(
+                transport,
+                self.network,
+                self.version,
+                ready_timeout_s=options.ready_timeout_s,
+                repository=self.model_repository,
+            )
+        wait_until_ready(transport, self.model_name, self.version, timeout_s=options.ready_timeout_s)
+        signature = read_signature(transport, self.model_name, self.version, timeout_s=_CONTROL_TIMEOUT_S)
+        check_local_config(signature, self.model_repository, url=self.url)
         return signature
 
     def _make_pool(self, transport: Transport, options: RemoteOptions) -> RegionPool | None:

@@ -13,7 +13,7 @@ connection may be half-read, and the worker replaces its client.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import gevent
@@ -102,9 +102,13 @@ class HttpTransport(Transport):
         outputs: Sequence[WireOutput],
         *,
         timeout_s: float,
+        parameters: Mapping[str, str | int | bool] | None = None,
     ) -> WireResult:
         tensors, requested = self._requests.build(inputs, outputs)
-        result = self._control(lambda c: c.infer(model, tensors, model_version=version, outputs=requested), timeout_s)
+        result = self._control(
+            lambda c: c.infer(model, tensors, model_version=version, outputs=requested, parameters=parameters),
+            timeout_s,
+        )
         return _HttpResult(result)
 
     # -- control calls ----------------------------------------------------------------------------

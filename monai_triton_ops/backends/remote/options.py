@@ -16,6 +16,8 @@ from ..options import BackendOptions
 
 SharedMemory = Literal["auto", "system", "cuda", "none"]
 Compression = Literal["none", "gzip", "deflate"]
+Mode = Literal["window", "volume"]
+VolumeOutput = Literal["labels", "scores"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,7 +33,10 @@ class RemoteOptions(BackendOptions):
     connection refused or reset) gets, with exponential backoff from ``backoff_s`` to
     ``max_backoff_s``, inside the deadline; ``compression`` gRPC message compression;
     ``keepalive_s`` gRPC keepalive ping period; ``root_certificates`` a PEM file for
-    ``grpcs://`` servers with a private CA.
+    ``grpcs://`` servers with a private CA. ``mode``: ``window`` sends each sliding-window batch (the
+    network's model), ``volume`` the whole volume to ``<model>_volume``, which runs the sliding window
+    on the server (``docs/remote.md``); there ``volume_output`` is what comes back: ``labels`` (the
+    argmax, uint8) or ``scores`` (the network's output, blended, as window mode gives it).
     """
 
     timeout_s: float | None = 120.0
@@ -43,6 +48,8 @@ class RemoteOptions(BackendOptions):
     compression: Compression = "none"
     keepalive_s: float | None = None
     root_certificates: Path | None = None
+    mode: Mode = "window"
+    volume_output: VolumeOutput = "labels"
 
     def __post_init__(self) -> None:
         super_post_init = getattr(super(), "__post_init__", None)
@@ -62,6 +69,10 @@ class RemoteOptions(BackendOptions):
             )
         if self.shared_memory not in ("auto", "system", "cuda", "none"):
             raise ConfigError(f"shared_memory must be auto, system, cuda or none, got {self.shared_memory!r}")
+        if self.mode not in ("window", "volume"):
+            raise ConfigError(f"mode must be window or volume, got {self.mode!r}")
+        if self.volume_output not in ("labels", "scores"):
+            raise ConfigError(f"volume_output must be labels or scores, got {self.volume_output!r}")
         if self.compression not in ("none", "gzip", "deflate"):
             raise ConfigError(f"compression must be none, gzip or deflate, got {self.compression!r}")
 
