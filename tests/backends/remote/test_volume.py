@@ -67,7 +67,8 @@ def test_volume_mode_gives_window_modes_labels_and_scores_exactly(
     assert volume.signature.output_names == ("LABELS", "OUTPUT__0")
     image = _image()
     reference = _run(window, image)
-    assert reference.dtype == torch.uint8 and set(reference.unique().tolist()) == {0, 1, 2}
+    assert reference.dtype == torch.uint8
+    assert set(reference.unique().tolist()) == {0, 1, 2}
     torch.testing.assert_close(_run(volume, image), reference, rtol=0, atol=0)
     torch.testing.assert_close(_run(scores, image, None), _run(window, image, None), rtol=0, atol=0)
 
