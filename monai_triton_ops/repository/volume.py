@@ -19,11 +19,13 @@ import logging
 import shutil
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, ModelNotFoundError
-from ..signature import ModelSignature, TensorSpec
 from . import layout
+
+if TYPE_CHECKING:  # torch comes with it; the CLI reads this module's defaults without loading torch
+    from ..signature import ModelSignature
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +96,8 @@ def plan_volume(
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
 ) -> tuple[ModelSignature, VolumeSpec]:
     """The signature of ``<network>_volume`` and what it wraps; refuses a network a sliding window cannot feed."""
+    from ..signature import ModelSignature, TensorSpec
+
     name = network.name
     if len(network.inputs) != 1:
         raise ConfigError(

@@ -135,7 +135,7 @@ def settings_for(model: Wrapped, parameters: Mapping[str, Any]) -> Settings:
     roi_size = None if roi is None else _sizes(model, roi, model.spatial_rank)
     inferer = str(given("inferer") or ("sliding_window" if roi_size else "simple")).strip().lower()
     if inferer not in ("sliding_window", "simple"):
-        raise _bad(model, "inferer", inferer)
+        raise _bad(model, "inferer", given("inferer"))
     if inferer == "sliding_window" and roi_size is None:
         raise RequestError(
             f"model '{model.name}': the sliding window needs roi_size (request parameter 'roi_size'); the "
@@ -143,10 +143,10 @@ def settings_for(model: Wrapped, parameters: Mapping[str, Any]) -> Settings:
         )
     overlap = _number(model, "overlap", given("overlap"), 0.25)
     if not 0.0 <= overlap < 1.0:
-        raise _bad(model, "overlap", overlap)
+        raise _bad(model, "overlap", given("overlap"))
     blend = str(given("blend_mode", "mode") or "constant").strip().lower()
     if blend not in ("constant", "gaussian"):
-        raise _bad(model, "blend_mode", blend)
+        raise _bad(model, "blend_mode", given("blend_mode", "mode"))
     request_batch = given("request_batch_size")
     version = parameters.get("network_version")
     return Settings(
