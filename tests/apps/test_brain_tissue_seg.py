@@ -1,7 +1,7 @@
 """The sample app as users run it: a real App SDK application in its own process, on the real MRI.
 
-Sample data is written once per session from the atlas nilearn ships; each app run is
-``monai-triton exec`` in a subprocess, as in the README.
+Sample data is written once per session from the atlas nilearn ships (``conftest.sample_data``); each app
+run is ``monai-triton exec`` in a subprocess, as in the README.
 """
 
 from __future__ import annotations
@@ -24,13 +24,6 @@ DICE_TARGET = 0.85
 pytestmark = pytest.mark.slow
 sys.path.insert(0, str(APP))
 from atlas import dice  # noqa: E402
-
-
-@pytest.fixture(scope="session")
-def sample_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("sample") / "brain_tissue_seg"
-    subprocess.run([sys.executable, str(APP / "make_sample_data.py"), "--out", str(out)], check=True, timeout=600)
-    return out
 
 
 def run_app(source: Path, out: Path, *extra: str, models: Path = REPO, env: dict[str, str] | None = None):
