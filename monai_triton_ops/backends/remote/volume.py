@@ -45,7 +45,7 @@ def open_volume_model(
     except ModelNotFoundError as exc:
         command = WRAP_COMMAND.format(name=network)
         raise ModelNotFoundError(
-            f"{exc}. mode=volume needs the whole-volume model {volume!r} beside {network!r}: make it with "
+            f"{exc}; mode=volume needs the whole-volume model {volume!r} beside {network!r}: make it with "
             f"'{command}' (or 'monai-triton repo build MODEL --name {network} --whole-volume') in the server's "
             "model repository and load it, or use mode=window"
         ) from exc
