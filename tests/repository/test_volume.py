@@ -238,3 +238,17 @@ def test_labels_reach_the_post_transforms_as_channels_whose_argmax_is_the_labels
     torch.testing.assert_close(scores.argmax(1, keepdim=True).to(torch.uint8), labels, rtol=0, atol=0)
     torch.testing.assert_close(torch.softmax(scores, 1).argmax(1, keepdim=True).to(torch.uint8), labels, rtol=0, atol=0)
     assert torch.equal(runner.labels_of(scores), labels)
+
+
+def test_the_servers_argmax_is_torch_argmax_ties_infinities_and_nan_included() -> None:
+    """What ``AsDiscrete(argmax=True)`` computes in window mode, computed channel by channel on the server."""
+    generator = torch.Generator().manual_seed(0)
+    scores = torch.randint(-2, 3, (2, 5, 9, 8, 7), generator=generator).float()  # many ties
+    flat = scores.view(-1)
+    picks = torch.randperm(flat.numel(), generator=generator)
+    flat[picks[:60]] = float("nan")
+    flat[picks[60:120]] = float("inf")
+    flat[picks[120:180]] = float("-inf")
+    expected = torch.argmax(scores, dim=1, keepdim=True).to(torch.uint8)
+    assert torch.equal(runner.labels_of(scores), expected)
+    assert torch.equal(runner.labels_of(scores[:, :1]), torch.zeros_like(expected))

@@ -279,8 +279,23 @@ def blend(image: torch.Tensor, settings: Settings, predictor: Infer) -> torch.Te
 
 
 def labels_of(scores: torch.Tensor) -> torch.Tensor:
-    """The argmax over channels as uint8 ``(B, 1, *spatial)``: ``AsDiscrete(argmax=True)`` on each image."""
-    return torch.argmax(scores, dim=1, keepdim=True).to(torch.uint8)
+    """The argmax over channels as uint8 ``(B, 1, *spatial)``: what ``AsDiscrete(argmax=True)`` gives, voxel for voxel.
+
+    Channel by channel, keeping the first maximum as ``torch.argmax`` does (a NaN counts as the largest
+    value, the first NaN wins): ``torch.argmax`` over the channel dim of a whole volume is a strided
+    reduction that took 2 s for 3 x 197 x 233 x 189 voxels here, and gives int64, 8 bytes a voxel.
+    """
+    best = scores[:, :1].clone()
+    labels = torch.zeros(best.shape, dtype=torch.uint8, device=scores.device)
+    seen_nan = torch.isnan(best)
+    for channel in range(1, scores.shape[1]):
+        value = scores[:, channel : channel + 1]
+        is_nan = torch.isnan(value)
+        wins = ((value > best) & ~seen_nan) | (is_nan & ~seen_nan)
+        best = torch.where(wins, value, best)
+        labels.masked_fill_(wins, channel)
+        seen_nan |= is_nan
+    return labels
 
 
 class TritonPythonModel:
