@@ -75,9 +75,11 @@ class Worker:
         stdout: IO[str] | None = self.process.stdout
         assert stdout is not None  # noqa: S101 - made with a pipe
         readable, _, _ = select.select([stdout], [], [], timeout_s)
-        line = stdout.readline() if readable else ""
-        if not line:
+        if not readable:
             raise RuntimeError(f"the {self.link} worker gave no answer within {timeout_s:g} s: see {self.log.name}")
+        line = stdout.readline()
+        if not line:
+            raise RuntimeError(f"the {self.link} worker ended (exit code {self.process.wait()}): see {self.log.name}")
         answer: dict[str, Any] = json.loads(line)
         return answer
 

@@ -105,10 +105,14 @@ def synthetic_case(work: Path) -> Case:
     from monai.transforms import AsDiscrete, CastToType, Compose
 
     scripted = torch.jit.script(Pointwise().eval())
-    meta = {"inference": {"roi_size": [96, 96, 96], "overlap": 0.6, "sw_batch_size": 4}}
+    tensor = {"num_channels": 1, "spatial_shape": ["*", "*", "*"], "dtype": "float32"}
+    meta = {
+        "network_data_format": {"inputs": {"image": tensor}, "outputs": {"pred": {**tensor, "num_channels": 2}}},
+        "inference": {"roi_size": [96, 96, 96], "overlap": 0.6, "sw_batch_size": 4},
+    }
     save_net_with_metadata(scripted, str(work / SYNTHETIC), meta_values=meta)
     repo = work / "repo"
-    build_repository(work / f"{SYNTHETIC}.ts", repo, SYNTHETIC, input_shapes=[(1, 1, 8, 8, 8)])
+    build_repository(work / f"{SYNTHETIC}.ts", repo, SYNTHETIC)
     wrap_network(repo, SYNTHETIC)
     image = torch.from_numpy(np.random.default_rng(0).standard_normal((1, 512, 512, 300), dtype=np.float32))
     return Case(SYNTHETIC, repo, image, post=Compose([AsDiscrete(argmax=True), CastToType(dtype=torch.uint8)]))

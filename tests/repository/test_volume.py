@@ -9,6 +9,7 @@ client sends and what the wrap writes, so both sides stay in step. The server te
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -78,6 +79,11 @@ def test_wrap_writes_a_python_model_beside_the_network(repo: Path, golden: Calla
     )
     (report,) = [r for r in check_repository(repo) if r.name == "unet_volume"]
     assert report.problems == ()
+    assert report.kind == "whole volume"
+    assert "remote backends (grpc://, http://) in mode=volume, for the network 'unet'" in report.uses
+    shutil.rmtree(repo / "unet")
+    (report,) = [r for r in check_repository(repo) if r.name == "unet_volume"]
+    assert report.problems == ("version 1: it wraps the network 'unet', which this repository does not hold",)
 
 
 def test_the_runner_reads_what_the_wrap_writes(repo: Path) -> None:

@@ -18,7 +18,13 @@ from monai.transforms import AsDiscrete, CastToType, Compose
 from tritonclient.utils import InferenceServerException
 
 from monai_triton_ops.backends.base import BaseBackend
-from monai_triton_ops.errors import InputDataError, InputValidationError, ModelNotFoundError, UsageError
+from monai_triton_ops.errors import (
+    InferenceTimeoutError,
+    InputDataError,
+    InputValidationError,
+    ModelNotFoundError,
+    UsageError,
+)
 from monai_triton_ops.pipeline.run import InferenceSettings, run_inference
 from monai_triton_ops.repository.builder import build_repository
 from monai_triton_ops.repository.volume import wrap_network
@@ -113,6 +119,23 @@ def _counts(backend: BaseBackend) -> int:
         last = count
         time.sleep(0.1)
     return last
+
+
+def test_a_deadline_stops_the_volume_on_the_server_and_the_model_serves_on(
+    server: LocalTritonServer, open_backend: Open
+) -> None:
+    """The client's deadline cancels the request; the volume model stops at its next group of windows."""
+    volume = open_backend(f"{server.grpc_url}?mode=volume&timeout_s=2", "unet")
+    network = open_backend(server.grpc_url, "unet")
+    before = _counts(network)
+    with pytest.raises(InferenceTimeoutError, match=r"model 'unet_volume': no answer within the deadline of 2 s"):
+        volume.infer({"x": _image(4, (1, 1, 120, 120, 120))}, parameters={"request_batch_size": "1"})  # 1,000 windows
+    time.sleep(2)  # the windows in flight at the deadline finish
+    stopped = _counts(network)
+    time.sleep(2)
+    assert _counts(network) == stopped, "the server went on with the volume after the client gave up"
+    assert stopped - before < 1000
+    assert volume.infer({"x": _image().unsqueeze(0)})["LABELS"].shape == (1, 1, 40, 36, 30)
 
 
 def test_a_server_without_the_volume_model_names_the_command_that_makes_it(
