@@ -256,5 +256,6 @@ def test_the_servers_argmax_is_torch_argmax_ties_infinities_and_nan_included() -
     flat[picks[60:120]] = float("inf")
     flat[picks[120:180]] = float("-inf")
     expected = torch.argmax(scores, dim=1, keepdim=True).to(torch.uint8)
-    assert torch.equal(runner.labels_of(scores), expected)
+    for slab in (1, 2 * 8 * 7, 2 * 8 * 7 + 1, 10**6):  # one plane per slab, a bit more than one, everything
+        assert torch.equal(runner.labels_of(scores, slab_voxels=slab), expected)
     assert torch.equal(runner.labels_of(scores[:, :1]), torch.zeros_like(expected))
