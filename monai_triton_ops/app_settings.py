@@ -9,9 +9,17 @@ One naming rule maps each setting to its command-line flag and its environment v
 One precedence, first match wins: the command line, then the environment, then the app's ``app.yaml``
 (``application.environment``, the same variable names), then the app's code (``InferenceOperator(...,
 backend_options=...)``), then the backend's own default. ``app.yaml``'s ``environment:`` holds the
-defaults of the environment: outside a container its entries are set for the run where the
-environment does not already have them (so ``HOLOSCAN_*`` and ``TRITON_SERVER_NETLOC`` work there
-too); inside a MAP the packager has made them real variables, which ``docker run -e`` overrides.
+defaults of the environment: when the app starts, each entry the environment does not already have is
+set for the run (so ``HOLOSCAN_*`` and ``TRITON_SERVER_NETLOC`` work there too), and a variable that was
+already set, even to the same value, counts as the environment's. The file is ``HOLOSCAN_CONFIG_PATH``
+when set (in a MAP: ``/var/holoscan/app.yaml``), else the one beside the app. A MAP does not bake these
+defaults into its image's ``ENV`` (``app.json#environment`` lists them): so in a container
+``-e TRITON_SERVER_NETLOC=H:P`` alone chooses the remote backend over app.yaml's
+``MONAI_TRITON_BACKEND``, and ``-e MONAI_TRITON_BACKEND=...`` wins over both.
+
+Options in a backend spec's query string (``grpc://h:8001?ready_timeout_s=120``) rank as the spec's own
+source: one in a spec from the environment beats the same option from ``app.yaml`` or the code
+(:func:`backend_keywords`).
 
 An option the chosen backend does not have is an error on the command line (the user just typed it)
 and is skipped from the environment or ``app.yaml``, which often carry settings for several backends.
@@ -35,6 +43,8 @@ logger = logging.getLogger(__name__)
 ENV_PREFIX = "MONAI_TRITON_"
 ENV_MODEL_NAME = "MONAI_TRITON_MODEL_NAME"
 APP_YAML = "app.yaml"
+#: The App SDK's (and a MAP's) path of the app's configuration: ``/var/holoscan/app.yaml`` in a MAP.
+ENV_CONFIG_PATH = "HOLOSCAN_CONFIG_PATH"
 #: Where each setting came from, as the log and the docs name it.
 SOURCES = ("command line", "environment", "app.yaml", "code")
 
@@ -58,8 +68,18 @@ class Setting:
 
 
 # -- app.yaml ----------------------------------------------------------------------------------
-def app_yaml_of(program: str | os.PathLike[str] | None) -> Path | None:
-    """The ``app.yaml`` beside an app: in its folder (``python APP``) or next to its script."""
+def app_yaml_of(program: str | os.PathLike[str] | None, environ: Mapping[str, str] | None = None) -> Path | None:
+    """The app's ``app.yaml``: ``HOLOSCAN_CONFIG_PATH`` when set (a MAP sets it), else the one beside the app.
+
+    Beside the app means in its folder (``python APP``) or next to its script. A ``HOLOSCAN_CONFIG_PATH``
+    that names no file is a ``ConfigError``: the deployer meant a configuration that is not there.
+    """
+    env = os.environ if environ is None else environ
+    configured = env.get(ENV_CONFIG_PATH)
+    if configured:
+        if not Path(configured).is_file():
+            raise ConfigError(f"app configuration {configured!r} ({ENV_CONFIG_PATH}) does not exist")
+        return Path(configured)
     if not program:
         return None
     path = Path(program)
@@ -164,6 +184,36 @@ def resolve_backend_options(
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from exc
     return chosen
+
+
+def backend_keywords(
+    spec: str, spec_source: str, deployed: Mapping[str, Setting], code: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The keyword options to create ``spec``'s backend with, by the one precedence.
+
+    ``deployed`` are the options from the command line, the environment and ``app.yaml`` (with their
+    sources), ``code`` the app's ``backend_options``. ``create_backend`` lets a keyword beat the spec's
+    query, so an option the query sets is left out of the keywords wherever the spec's source outranks
+    the keyword's: ``MONAI_TRITON_BACKEND=grpc://h:8001?ready_timeout_s=120`` beats app.yaml's
+    ``MONAI_TRITON_READY_TIMEOUT_S``. At equal rank the option's own flag or variable wins (the more
+    specific setting).
+    """
+    from .backends.registry import parse_backend_spec
+
+    query = parse_backend_spec(spec).options
+    spec_rank = _rank(spec_source)
+    keywords = {k: v for k, v in code.items() if not (k in query and spec_rank < _rank("code"))}
+    for name, setting in deployed.items():
+        if name in query and spec_rank < _rank(setting.source):
+            keywords.pop(name, None)
+        else:
+            keywords[name] = setting.value
+    return keywords
+
+
+def _rank(source: str) -> int:
+    """0 for the command line, the highest; a source not in ``SOURCES`` ranks below every one."""
+    return SOURCES.index(source) if source in SOURCES else len(SOURCES)
 
 
 def _option_names(options_type: type[Any]) -> list[str]:

@@ -11,6 +11,7 @@ implicit (not part of ``shape``), exactly as in ``config.pbtxt``.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -72,6 +73,9 @@ def dtype_of(value: Any) -> str:
     """Triton wire dtype of a numpy/torch array or dtype, or of a MONAI metadata name like 'float32'."""
     if isinstance(value, (torch.Tensor, np.ndarray)):
         value = value.dtype
+        known = _FROM_NUMPY.get(value) if isinstance(value, np.dtype) else _FROM_TORCH.get(value)
+        if known is not None:  # every array of every request comes here: the table first
+            return known
     if isinstance(value, torch.dtype):
         if value in _FROM_TORCH:
             return _FROM_TORCH[value]
@@ -157,7 +161,9 @@ class ModelSignature:
             if len(set(names)) != len(names):
                 raise ConfigError(f"model {self.name!r}: duplicate {kind} names {names}")
 
-    @property
+    # Cached (read for every request; the dataclass is frozen): a cached_property writes the instance's
+    # __dict__ directly, past the frozen __setattr__, and is not a field (equality and hashing ignore it).
+    @functools.cached_property
     def batch_axis(self) -> int | None:
         """0 when the leading dim is the batch, ``None`` for a model without one.
 
@@ -170,25 +176,24 @@ class ModelSignature:
         tensors = (*self.inputs, *self.outputs)
         return 0 if all(len(t.shape) >= 2 and t.shape[0] == -1 for t in tensors) else None
 
-    @property
+    @functools.cached_property
     def input_names(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.inputs)
 
-    @property
+    @functools.cached_property
     def output_names(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.outputs)
 
     def input(self, name: str) -> TensorSpec:
         """The input spec called ``name``."""
-        return _find(self.inputs, name, f"model {self.name!r} has no input {name!r}; inputs: {self.input_names}")
+        for spec in self.inputs:
+            if spec.name == name:
+                return spec
+        raise ConfigError(f"model {self.name!r} has no input {name!r}; inputs: {self.input_names}")
 
     def output(self, name: str) -> TensorSpec:
-        """The output spec called ``name``."""
-        return _find(self.outputs, name, f"model {self.name!r} has no output {name!r}; outputs: {self.output_names}")
-
-
-def _find(specs: tuple[TensorSpec, ...], name: str, message: str) -> TensorSpec:
-    for spec in specs:
-        if spec.name == name:
-            return spec
-    raise ConfigError(message)
+        """The output spec called ``name`` (read for every request: the message is made only when it is missing)."""
+        for spec in self.outputs:
+            if spec.name == name:
+                return spec
+        raise ConfigError(f"model {self.name!r} has no output {name!r}; outputs: {self.output_names}")

@@ -1,16 +1,21 @@
-"""Shared fixtures: small real TorchScript models in real model repositories."""
+"""Shared fixtures: small real TorchScript models in real model repositories, and one server over the committed one."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
 from monai.data import save_net_with_metadata
 from monai.networks.nets import UNet
+
+if TYPE_CHECKING:
+    from monai_triton_ops.server import LocalTritonServer
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def nd_format(
@@ -112,3 +117,23 @@ def restore_console(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     holoscan = sys.modules.get("holoscan.logger")
     if holoscan is not None:
         holoscan.set_log_level(before if before is not None else holoscan.LogLevel.CRITICAL)
+
+
+@pytest.fixture(scope="session")
+def committed_server() -> Iterator[LocalTritonServer]:
+    """One real tritonserver over the committed ``model_repository/``, shared by the session.
+
+    For the tests that only need it running: the sample apps on a remote Triton, the committed repository served
+    exactly, the docs' ``triton.example``. None of them loads, unloads or changes a model; each looks only at what
+    its own process registered. One start (a stub that imports torch: seconds of CPU) instead of one per test.
+    """
+    from monai_triton_ops.errors import ServerNotFoundError
+    from monai_triton_ops.server import LocalTritonServer, find_tritonserver
+
+    try:
+        find_tritonserver()
+    except ServerNotFoundError as exc:
+        pytest.skip(f"no tritonserver: {exc}")
+    with LocalTritonServer(ROOT / "model_repository", startup_timeout_s=180.0) as server:
+        yield server
+    assert server.workdir is None, "the server's folder was left behind"

@@ -43,7 +43,12 @@ SAMPLES = {
     "backend_config": "python:shm-region-prefix-name=x",
     "max_backoff_s": "2.5",
     "backoff_s": "0.5",
+    "auth_token": "env:TRITON_TOKEN",
+    "restricted_keys": "triton-admin-key=env:TRITON_ADMIN_KEY",
+    "headers": "x-api-key=file:/run/secrets/api-key",
 }
+#: Options of TLS, which a plaintext server refuses: they go with a TLS spec.
+TLS_SPEC, TLS_OPTIONS = "grpcs://127.0.0.1:1", frozenset({"root_certificates", "client_certificate", "client_key"})
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +79,7 @@ def clean_environ() -> Iterator[None]:
     for name in [n for n in os.environ if n.startswith("MONAI_TRITON_") and n != "MONAI_TRITON_STACK_RAISED"]:
         del os.environ[name]
     os.environ.pop("TRITON_SERVER_NETLOC", None)
+    os.environ.pop("HOLOSCAN_CONFIG_PATH", None)
     yield
     os.environ.clear()
     os.environ.update(saved)
@@ -135,7 +141,7 @@ def option_cases() -> list[tuple[str, str]]:
 def test_every_backend_option_reaches_the_backend_from_each_source(
     fragment: Application, unet_repo: Path, tmp_path: Path, option: str, scheme: str, source: str
 ) -> None:
-    spec = SPECS[scheme]
+    spec = TLS_SPEC if option in TLS_OPTIONS else SPECS[scheme]
     hint = typing.get_type_hints(backend_class(spec).options_type)[option]
     value = sample(option, hint, tmp_path)
     context = context_for(tmp_path, unet_repo, source, env_of(option), flag_of(option), value, "--backend", spec)
@@ -234,3 +240,50 @@ def test_the_app_sdks_netloc_in_the_environment_beats_a_backend_in_app_yaml(unet
     os.environ["TRITON_SERVER_NETLOC"] = "triton.example:8000"
     context = init_app_context([str(folder), "-i", str(unet_repo), "-o", str(tmp_path / "o"), "-m", str(unet_repo)])
     assert (context.args["backend"], context.args["backend_source"]) == ("http://triton.example:8000", "environment")
+
+
+def test_a_variable_set_to_app_yamls_own_value_still_beats_the_app_sdks_netloc(unet_repo: Path, tmp_path: Path) -> None:
+    """``-e MONAI_TRITON_BACKEND=torch -e TRITON_SERVER_NETLOC=...``: the explicit choice wins, though it equals
+    app.yaml's default (a value comparison would take it for the default and run remote)."""
+    folder = app_folder(tmp_path, {"MONAI_TRITON_BACKEND": "torch"})
+    os.environ["MONAI_TRITON_BACKEND"] = "torch"
+    os.environ["TRITON_SERVER_NETLOC"] = "triton.example:8000"
+    context = init_app_context([str(folder), "-i", str(unet_repo), "-o", str(tmp_path / "o"), "-m", str(unet_repo)])
+    assert (context.args["backend"], context.args["backend_source"]) == ("torch", "environment")
+
+
+def test_holoscan_config_path_is_the_apps_app_yaml(unet_repo: Path, tmp_path: Path) -> None:
+    """In a MAP the app reads its defaults from ``HOLOSCAN_CONFIG_PATH`` (the image does not bake them in)."""
+    beside = app_folder(tmp_path, {"MONAI_TRITON_BACKEND": "grpc://beside:8001"})
+    deployed = tmp_path / "deployed.yaml"
+    deployed.write_text("application:\n  environment:\n    MONAI_TRITON_BACKEND: grpc://deployed:8001\n")
+    os.environ["HOLOSCAN_CONFIG_PATH"] = str(deployed)
+    argv = [str(beside), "-i", str(unet_repo), "-o", str(tmp_path / "o"), "-m", str(unet_repo)]
+    context = init_app_context(argv)
+    assert (context.args["backend"], context.args["backend_source"]) == ("grpc://deployed:8001", "app.yaml")
+    del os.environ["MONAI_TRITON_BACKEND"]  # set for the run from app.yaml
+    os.environ["HOLOSCAN_CONFIG_PATH"] = str(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match=r"missing\.yaml' \(HOLOSCAN_CONFIG_PATH\) does not exist"):
+        init_app_context(argv)
+
+
+def test_an_option_in_the_specs_query_ranks_as_the_spec(fragment: Application, unet_repo: Path, tmp_path: Path) -> None:
+    """app.yaml's ``MONAI_TRITON_READY_TIMEOUT_S`` (the sample app's 30 s) must not silently replace the
+    ``?ready_timeout_s=`` of a spec given in the environment; a spec from app.yaml yields to the variable."""
+    folder = app_folder(tmp_path, {"MONAI_TRITON_READY_TIMEOUT_S": "30", "MONAI_TRITON_TIMEOUT_S": "7"})
+    os.environ["MONAI_TRITON_BACKEND"] = "grpc://127.0.0.1:1?ready_timeout_s=120&timeout_s=9"
+    os.environ["MONAI_TRITON_TIMEOUT_S"] = "8"
+    argv = [str(folder), "-i", str(unet_repo), "-o", str(tmp_path / "o"), "-m", str(unet_repo)]
+    code = {"ready_timeout_s": 5.0, "retries": 1}
+    context = init_app_context(argv)
+    op = InferenceOperator(fragment, app_context=context, model_name="unet", backend_options=code, name="i")
+    backend = create_backend(op.backend_spec, op.model_name, **op.backend_options)
+    assert backend.options.ready_timeout_s == 120  # the environment's spec over app.yaml and the code
+    assert backend.options.timeout_s == 8  # equal rank: the option's own variable over the spec's query
+    assert backend.options.retries == 1  # the query does not name it: the code's
+    for name in ("MONAI_TRITON_BACKEND", "MONAI_TRITON_TIMEOUT_S", "MONAI_TRITON_READY_TIMEOUT_S"):
+        del os.environ[name]  # the last two set for that run from app.yaml
+    folder = app_folder(tmp_path, {"MONAI_TRITON_BACKEND": "grpc://127.0.0.1:1?ready_timeout_s=120"})
+    os.environ["MONAI_TRITON_READY_TIMEOUT_S"] = "12"
+    op = InferenceOperator(fragment, app_context=init_app_context(argv), model_name="unet", name="j")
+    assert create_backend(op.backend_spec, op.model_name, **op.backend_options).options.ready_timeout_s == 12

@@ -12,9 +12,12 @@ The sandbox is a fresh folder per block holding what the examples name: a copy o
 ``model.pt`` / ``model.ts`` (a small UNet with MONAI metadata), ``plain.pt`` (the same without),
 ``models_client_side/seg`` (a client-side config like the App SDK remote example's), and ``.venv`` and ``apps``
 linked from the checkout; ``monai-triton`` is on ``PATH``. Bash runs with ``-euo pipefail``; a
-``monai-triton serve`` line runs until it has listed its models, then gets Ctrl-C (SIGINT) and must exit 0.
-Python blocks run in a fresh interpreter. The ``server`` given is one local tritonserver over the sandbox's
-repository, shared by the module; its address replaces the docs' placeholder ``triton.example``.
+``monai-triton serve`` line runs until it has listed its models, then gets Ctrl-C (SIGINT) and must exit 0; a
+``monai-triton package`` line runs with ``--no-build``: it checks its arguments, the app and the models and writes
+the whole build context, and the image build itself (minutes) is ``tests/packaging/test_map_image.py``'s.
+Python blocks run in a fresh interpreter. The ``server`` given is the session's local tritonserver over the
+committed repository (``committed_server``, the same files as the sandbox's copy); its address replaces the docs'
+placeholder ``triton.example``.
 """
 
 from __future__ import annotations
@@ -25,11 +28,14 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from monai_triton_ops.server import LocalTritonServer
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -37,6 +43,8 @@ CODE = {"python", "bash", "sh", "shell"}
 _FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
 _MARKER = re.compile(r"^<!-- docs-test: (?P<what>.+?) -->$")
 _SERVE = re.compile(r"^(\s*)((?:\.venv/bin/)?monai-triton serve .*)$", re.M)
+#: ``monai-triton package ...`` up to a comment or the end of the line: ``--no-build`` goes there.
+_PACKAGE = re.compile(r"^(\s*(?:\.venv/bin/)?monai-triton package [^#\n]*?)(\s*(?:#.*)?)$", re.M)
 
 GIVENS = {
     "patch": """
@@ -150,15 +158,10 @@ def sandbox(model_files: Path, tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """One server over a copy of the committed repository: the docs' ``triton.example`` ports -> its addresses."""
-    from monai_triton_ops.server import LocalTritonServer
-
-    repo = tmp_path_factory.mktemp("doc_server") / "model_repository"
-    shutil.copytree(ROOT / "model_repository", repo, ignore=shutil.ignore_patterns("__pycache__"))
-    with LocalTritonServer(repo, startup_timeout_s=180) as running:
-        yield {"triton.example:8001": running.grpc_address, "triton.example:8000": running.http_address}
+@pytest.fixture
+def server(committed_server: LocalTritonServer) -> dict[str, str]:
+    """The docs' ``triton.example`` ports -> the addresses of the session's server over the committed repository."""
+    return {"triton.example:8001": committed_server.grpc_address, "triton.example:8000": committed_server.http_address}
 
 
 def environment() -> dict[str, str]:
@@ -182,6 +185,25 @@ serve_until_ready() {  # run 'monai-triton serve ...' until it lists its models,
 """
 
 
+def as_tested(bash: str) -> str:
+    """``serve`` lines until their models are listed, ``package`` lines with ``--no-build`` (see the docstring)."""
+    return _PACKAGE.sub(r"\1 --no-build\2", _SERVE.sub(r"\1serve_until_ready \2", bash))
+
+
+def test_package_lines_build_the_context_only_and_serve_lines_stop_when_ready() -> None:
+    bash = (
+        "monai-triton package apps/x -m repo          # the app as a MAP image\n"
+        "  .venv/bin/monai-triton package apps/x -m repo\n"
+        "monai-triton serve repo   # Ctrl-C stops\n"
+    )
+    assert as_tested(bash).splitlines() == [
+        "monai-triton package apps/x -m repo --no-build          # the app as a MAP image",
+        "  .venv/bin/monai-triton package apps/x -m repo --no-build",
+        "serve_until_ready monai-triton serve repo   # Ctrl-C stops",
+    ]
+    assert any("monai-triton package" in b.body for b in RUN), "no block runs package: drop the rewrite"
+
+
 @pytest.mark.slow
 @pytest.mark.triton
 @pytest.mark.parametrize("block", RUN, ids=[b.where for b in RUN])
@@ -194,7 +216,7 @@ def test_the_block_runs_as_written(block: Block, sandbox: Path, request: pytest.
         prelude = "".join(textwrap.dedent(GIVENS[g]) for g in givens(block))
         command = [sys.executable, "-c", prelude + body]
     else:
-        command = ["bash", "-euo", "pipefail", "-c", SERVE_UNTIL_READY + _SERVE.sub(r"\1serve_until_ready \2", body)]
+        command = ["bash", "-euo", "pipefail", "-c", SERVE_UNTIL_READY + as_tested(body)]
     result = subprocess.run(
         command, cwd=sandbox, env=environment(), capture_output=True, text=True, timeout=600, check=False
     )

@@ -6,9 +6,11 @@ What is compared is the line after ``error: ``, as ``exits.one_line`` prints it;
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,12 +21,14 @@ from monai.deploy.core import Application, Image
 
 from monai_triton_ops import InferenceSettings, create_backend, errors, exits, preflight
 from monai_triton_ops.app_args import app_parser, resolve_backend
-from monai_triton_ops.app_settings import model_name_for, read_app_environment, resolve_backend_options
+from monai_triton_ops.app_settings import app_yaml_of, model_name_for, read_app_environment, resolve_backend_options
 from monai_triton_ops.backends import registry
+from monai_triton_ops.backends.mock import MockBackend
 from monai_triton_ops.operators.nifti import NiftiImageLoader
 from monai_triton_ops.pipeline.inputs import check_dicom_images, classify_input
 from monai_triton_ops.repository.builder import build_repository
 from monai_triton_ops.server import LocalTritonServer, find_tritonserver
+from monai_triton_ops.signature import ModelSignature, TensorSpec
 
 from .conftest import UNET_META, save_model, tiny_unet
 from .operators.test_operator import OneShotApp
@@ -159,6 +163,123 @@ def two_inputs_wrapped(tmp_path: Path) -> BaseException:
     return raised(lambda: wrap_network(tmp_path / "two_repo", "seg"))
 
 
+def untrusted_tls(tmp_path: Path) -> BaseException:
+    """A real TLS listener on loopback whose certificate another CA signed than the one the client is given."""
+    import ssl
+    import threading
+
+    from .backends.remote import certs
+
+    server_pair = certs.authority(tmp_path / "pki", "ca").issue(tmp_path / "pki", "server", server=True)
+    other = certs.authority(tmp_path / "pki", "other-ca")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(server_pair.cert, server_pair.key)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        listener.settimeout(10)
+
+        def accept() -> None:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn, contextlib.suppress(OSError):
+                context.wrap_socket(conn, server_side=True)
+
+        thread = threading.Thread(target=accept, daemon=True)
+        thread.start()
+        spec = f"grpcs://127.0.0.1:{listener.getsockname()[1]}?ready_timeout_s=5"
+        exc = raised(lambda: create_backend(spec, "seg", root_certificates=other.pem).open())
+        thread.join(timeout=10)
+    return exc
+
+
+def no_answer_in_time() -> BaseException:
+    """A model slower than the request's deadline (the base class's deadline, the same for every backend)."""
+    signature = ModelSignature(
+        name="seg",
+        inputs=(TensorSpec(name="x", dtype="FP32", shape=(-1,)),),
+        outputs=(TensorSpec(name="y", dtype="FP32", shape=(-1,)),),
+    )
+
+    def slow(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        time.sleep(0.5)
+        return {"y": inputs["x"]}
+
+    with MockBackend(signature=signature, fn=slow) as backend:
+        return raised(lambda: backend.infer({"x": np.ones(2, np.float32)}, timeout_s=0.1))
+
+
+def index_not_in_time() -> BaseException:
+    from monai_triton_ops.repository.served import ServerView
+
+    with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with ServerView(f"grpc://127.0.0.1:{port}", timeout_s=0.5) as view:
+        return raised(view.models)
+
+
+def served_differently(tmp_path: Path, repo: Path) -> BaseException:
+    """``repo check MODELS --server URL`` against a real server that does not serve the local model."""
+    from monai_triton_ops import cli
+
+    try:
+        find_tritonserver()
+    except exits.ServerError:
+        pytest.skip("no tritonserver installed")
+    (tmp_path / "served").mkdir()
+    with LocalTritonServer(tmp_path / "served") as server:  # an empty repository: the quickest start
+        args = cli.build_parser().parse_args(["repo", "check", str(repo), "--server", server.grpc_url])
+        return raised(lambda: args.handler(args))
+
+
+def unservable(tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch) -> BaseException:
+    """What ``serve``, ``LocalTritonServer`` and the ``triton`` backend raise when such a model fails to load:
+    the error made from its ``config.pbtxt`` and the install (``tests/repository/test_servable.py`` causes both
+    with real loads, in a process that sees no GPU)."""
+    from monai_triton_ops.repository import servable
+
+    from .repository.test_servable import gpu_model, libtorch_model
+
+    try:
+        install = find_tritonserver()
+    except exits.ServerError:
+        pytest.skip("no tritonserver installed")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    if kind == "libtorch" and "pytorch" in servable.Capabilities.of_install(install).backends:
+        pytest.skip("this Triton has the libtorch backend")
+    model = (gpu_model if kind == "gpu" else libtorch_model)(tmp_path / kind) / "seg"
+    error = servable.load_failure(model, install, "Triton's own reason", where="tritonserver")
+    assert error is not None
+    return error
+
+
+def like_mismatch(tmp_path: Path, repo: Path) -> BaseException:
+    template = tmp_path / "client" / "seg" / "config.pbtxt"
+    template.parent.mkdir(parents=True)
+    template.write_text(
+        'name: "seg"\nbackend: "python"\nmax_batch_size: 0\n'
+        'input [ { name: "INPUT_0" data_type: TYPE_FP32 dims: [ -1, 2, -1, -1, -1 ] } ]\n'
+        'output [ { name: "OUTPUT_0" data_type: TYPE_FP32 dims: [ -1, 3, -1, -1, -1 ] } ]\n'
+    )
+    model = repo / "seg" / "1" / "model.pt"
+    return raised(lambda: build_repository(model, tmp_path / "built", "seg", like=template))
+
+
+def holoscan_model_path_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> BaseException:
+    """An app started as a MAP starts it: no options, the folders from ``HOLOSCAN_*``, the models not there."""
+    from monai_triton_ops.app_args import init_app_context
+
+    (tmp_path / "image.nii.gz").write_bytes(b"\0")
+    monkeypatch.setenv("HOLOSCAN_INPUT_PATH", str(tmp_path / "image.nii.gz"))
+    monkeypatch.setenv("HOLOSCAN_OUTPUT_PATH", str(tmp_path / "out"))
+    monkeypatch.setenv("HOLOSCAN_MODEL_PATH", str(tmp_path / "models"))
+    monkeypatch.delenv("HOLOSCAN_CONFIG_PATH", raising=False)
+    return raised(lambda: init_app_context([str(tmp_path / "map_app" / "app.py")]))  # no app.yaml beside it
+
+
 def not_writable(tmp_path: Path) -> BaseException:
     folder = Path("/sys") if os.geteuid() == 0 else tmp_path / "ro"  # root writes anywhere but on read-only mounts
     if folder != Path("/sys"):
@@ -197,6 +318,7 @@ def triggers(tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch) -> dic
     plain = tmp_path / "plain.pt"
     torch.jit.script(torch.nn.Identity()).save(str(plain))
     (tmp_path / "app.yaml").write_text("application: [unclosed\n")
+    monkeypatch.delenv("TRITON_TOKEN", raising=False)
     return {
         "unknown backend spec 'trition'; expected one of: ...": lambda: raised(lambda: resolve_backend("trition")),
         "backend 'fancy' cannot be imported (...)": lambda: raised(lambda: preflight.check_backend("fancy")),
@@ -249,16 +371,48 @@ def triggers(tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch) -> dic
         "model 'seg' already exists in repository '...'; pass --force ...": lambda: raised(
             lambda: build_repository(plain, repo, "seg", input_shapes=[(1, 1, 8, 8, 8)])
         ),
+        "model 'seg': no answer within the deadline of ... s (waited ...)": no_answer_in_time,
+        "Triton server '...' did not give the repository index within ... s: ...": index_not_in_time,
+        "... of ... model(s) have problems (listed above): [...]": lambda: served_differently(tmp_path, repo),
+        "model 'seg' input 0 (...): ... says ... [...], the model file ... [...] (...)": lambda: like_mismatch(
+            tmp_path, repo
+        ),
+        "model 'seg' failed to load in ...: its config.pbtxt asks for KIND_GPU instances and this machine has no GPU; "
+        "rebuild it with 'monai-triton repo build ... --instance-kind cpu' ...": lambda: unservable(
+            tmp_path, "gpu", monkeypatch
+        ),
+        "model 'seg' failed to load in ...: its config.pbtxt needs Triton's 'pytorch' backend (platform "
+        "'pytorch_libtorch'), which this server does not have (it has: ...); rebuild it for the Python backend with "
+        "'monai-triton repo build MODEL -o REPO --name seg --flavor python'": lambda: unservable(
+            tmp_path, "libtorch", monkeypatch
+        ),
+        "model repository '...' (HOLOSCAN_MODEL_PATH) does not exist": lambda: holoscan_model_path_missing(
+            tmp_path, monkeypatch
+        ),
+        "app configuration '...' (HOLOSCAN_CONFIG_PATH) does not exist": lambda: raised(
+            lambda: app_yaml_of(None, environ={"HOLOSCAN_CONFIG_PATH": str(tmp_path / "nope.yaml")})
+        ),
         "grpc_port ... on 127.0.0.1 is already in use by another process": lambda: port_in_use(tmp_path / "empty"),
         "no tritonserver executable at '...'": lambda: raised(lambda: find_tritonserver(tmp_path / "nope")),
-        "models ['seg'] cannot load: the Python backend stub '...' cannot start: libpython... not found; install "
-        "the Python ... shared library ...": lambda: stub_cannot_start(tmp_path),
+        "models ['seg'] cannot load: the Python backend stub cannot start: error while loading shared libraries: "
+        "libpython...: ... (..., exit status 127); install the Python ... shared library ...": lambda: (
+            stub_cannot_start(tmp_path)
+        ),
         "model 'seg' on ...: the model's backend process is gone (Stub process 'seg_0_0' is not healthy.); ...": (
             lambda: dead_stub()
         ),
         "--shared-memory: backend 'torch' has no option 'shared_memory'; its options: ...": lambda: raised(
             lambda: resolve_backend_options("torch", {"shared_memory": "none"}, environ={})
         ),
+        "--auth-token: backend 'grpc': auth_token must say where the secret is, env:VARIABLE or file:PATH, not the "
+        "secret itself ...": lambda: raised(
+            lambda: resolve_backend_options("grpc://127.0.0.1:9", {"auth_token": "s3cr3t-t0ken"}, environ={})
+        ),
+        "auth_token: environment variable TRITON_TOKEN is not set": lambda: raised(
+            lambda: create_backend("grpcs://127.0.0.1:9?auth_token=env:TRITON_TOKEN", "seg").open()
+        ),
+        "grpcs://...: the server's TLS certificate is not trusted: ... (checked against the CA file '...' "
+        "(root_certificates))": lambda: untrusted_tls(tmp_path),
         "MONAI_TRITON_TIMEOUT_S (environment): backend 'torch': option timeout_s='soon' is not a ...": lambda: raised(
             lambda: resolve_backend_options("torch", {}, environ={"MONAI_TRITON_TIMEOUT_S": "soon"})
         ),

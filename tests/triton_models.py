@@ -4,10 +4,15 @@ Every model moves tensors with DLPack only: the 2.51 stub is built against numpy
 ``pb_utils.Tensor(name, ndarray)`` / ``.as_numpy()`` silently carry 0 bytes (``guard_numpy`` keeps that
 broken path on purpose, for the test that our clients refuse a short output).
 
+No model imports torch in its stub: numpy is what they need, and a stub that imports torch takes seconds
+of CPU to load its model where one that imports numpy takes a fraction of one (each model of a server is
+a stub process of its own). The torch runner that generated repositories hold is tested with its own
+models (``tests/repository``, the contract suite).
+
 ``write_python_model`` writes any model from an ``execute`` body; the presets below are the kit the
 failure-mode tests need (identity, slow, queue-limited, raising, crashing, empty output, dynamic output
-size, decoupled final-only). ``passthrough`` is an identity that never imports torch in the stub: it loads
-in a fraction of a second, for leak loops and benchmarks that measure the transport, not the model.
+size, decoupled final-only). ``passthrough`` is the smallest identity (no helpers, no parameters), for leak
+loops and benchmarks that measure the transport, not the model.
 """
 
 from __future__ import annotations
@@ -27,18 +32,22 @@ import json
 import os
 import time
 
-import torch
-import torch.utils.dlpack
+import numpy as np
 import triton_python_backend_utils as pb_utils
 
 
 def get(request, name):
     tensor = pb_utils.get_input_tensor_by_name(request, name)
-    return None if tensor is None else torch.from_dlpack(tensor.to_dlpack())
+    return None if tensor is None else np.from_dlpack(tensor)
 
 
-def put(name, tensor):
-    return pb_utils.Tensor.from_dlpack(name, torch.utils.dlpack.to_dlpack(tensor.contiguous()))
+def put(name, value):
+    if isinstance(value, pb_utils.Tensor):  # an input handed back as it is: no copy
+        return pb_utils.Tensor.from_dlpack(name, value)
+    # A writable C-order copy: numpy exports neither a read-only array (get's) through DLPack nor, for the
+    # stub's C-order check, a fresh empty one (numpy 2 gives it zero strides; a reshaped one has real ones).
+    array = np.array(value, order="C").reshape(-1)
+    return pb_utils.Tensor.from_dlpack(name, array.reshape(np.shape(value)))
 
 
 class TritonPythonModel:
@@ -60,7 +69,7 @@ class TritonPythonModel:
 """
 
 _IDENTITY_BODY = """\
-outputs = [put(out, get(request, inp)) for inp, out in PAIRS]
+outputs = [put(out, pb_utils.get_input_tensor_by_name(request, inp)) for inp, out in PAIRS]
 responses.append(pb_utils.InferenceResponse(output_tensors=outputs))
 """
 
@@ -82,7 +91,8 @@ def write_python_model(
     """Write ``<repo>/<name>/config.pbtxt`` and ``1/model.py``; ``execute`` runs once per request.
 
     ``execute`` sees ``request``, ``responses`` (append one response per request unless decoupled),
-    ``get(request, name) -> torch.Tensor``, ``put(name, tensor) -> pb_utils.Tensor`` and ``self.params``.
+    ``get(request, name) -> numpy.ndarray`` (read-only), ``put(name, array or input pb_utils.Tensor) ->
+    pb_utils.Tensor``, ``np`` and ``self.params``.
     ``dynamic_batching`` is the block's body, e.g. ``"max_queue_delay_microseconds: 20000"``.
     """
     lines = [f'name: "{name}"', 'backend: "python"', f"max_batch_size: {max_batch_size}"]
@@ -164,10 +174,11 @@ def crashing(repo: Path, name: str = "crashing") -> Path:
         inputs=FP32_IN,
         outputs=FP32_OUT,
         execute=(
-            'x = get(request, "INPUT__0")\n'
-            "if x.numel() and float(x.reshape(-1)[0]) < 0:\n"
+            'tensor = pb_utils.get_input_tensor_by_name(request, "INPUT__0")\n'
+            "x = np.from_dlpack(tensor)\n"
+            "if x.size and float(x.reshape(-1)[0]) < 0:\n"
             "    os._exit(1)\n"
-            'responses.append(pb_utils.InferenceResponse(output_tensors=[put("OUTPUT__0", x)]))\n'
+            'responses.append(pb_utils.InferenceResponse(output_tensors=[put("OUTPUT__0", tensor)]))\n'
         ),
     )
 
@@ -180,8 +191,8 @@ def empty_output(repo: Path, name: str = "empty_output") -> Path:
         inputs=FP32_IN,
         outputs=[("OUTPUT__0", "TYPE_FP32", (-1,)), ("EMPTY", "TYPE_FP32", (-1, 4))],
         execute=(
-            'x = get(request, "INPUT__0")\n'
-            'outs = [put("OUTPUT__0", x), put("EMPTY", torch.empty((0, 4), dtype=torch.float32))]\n'
+            'x = pb_utils.get_input_tensor_by_name(request, "INPUT__0")\n'
+            'outs = [put("OUTPUT__0", x), put("EMPTY", np.empty((0, 4), dtype=np.float32))]\n'
             "responses.append(pb_utils.InferenceResponse(output_tensors=outs))\n"
         ),
     )
@@ -196,7 +207,7 @@ def dynamic_output(repo: Path, name: str = "dynamic_output") -> Path:
         outputs=FP32_OUT,
         execute=(
             'n = int(get(request, "SIZE")[0])\n'
-            'outs = [put("OUTPUT__0", torch.arange(n, dtype=torch.float32))]\n'
+            'outs = [put("OUTPUT__0", np.arange(n, dtype=np.float32))]\n'
             "responses.append(pb_utils.InferenceResponse(output_tensors=outs))\n"
         ),
     )
@@ -224,8 +235,7 @@ def guard_numpy(repo: Path, name: str = "guard_numpy") -> Path:
         inputs=FP32_IN,
         outputs=FP32_OUT,
         execute=(
-            "import numpy as np\n"
-            'x = get(request, "INPUT__0").numpy()\n'
+            'x = get(request, "INPUT__0")\n'
             'outs = [pb_utils.Tensor("OUTPUT__0", np.ascontiguousarray(x))]\n'
             "responses.append(pb_utils.InferenceResponse(output_tensors=outs))\n"
         ),
@@ -245,7 +255,7 @@ def bytes_count(repo: Path, name: str = "bytes_count") -> Path:
         outputs=[("COUNT", "TYPE_INT64", (1,))],
         execute=(
             'shape = pb_utils.get_input_tensor_by_name(request, "TEXT").shape()\n'
-            "count = torch.tensor([int(shape[0])], dtype=torch.int64)\n"
+            "count = np.array([int(shape[0])], dtype=np.int64)\n"
             'responses.append(pb_utils.InferenceResponse(output_tensors=[put("COUNT", count)]))\n'
         ),
     )
@@ -261,7 +271,7 @@ def jitter(repo: Path, name: str = "jitter", *, low_s: float = 0.05, high_s: flo
         execute=(
             "import random\n"
             f"time.sleep(random.uniform({low_s}, {high_s}))\n"
-            'y = put("OUTPUT__0", get(request, "INPUT__0"))\n'
+            'y = put("OUTPUT__0", pb_utils.get_input_tensor_by_name(request, "INPUT__0"))\n'
             "responses.append(pb_utils.InferenceResponse(output_tensors=[y]))\n"
         ),
         instances=instances,
@@ -298,7 +308,7 @@ def passthrough(
     delay_s: float = 0.0,
     instances: int = 1,
 ) -> Path:
-    """``OUTPUT__0 = INPUT__0`` handed back as the stub's own tensor through DLPack, without torch."""
+    """``OUTPUT__0 = INPUT__0`` handed back as the stub's own tensor through DLPack, nothing else imported."""
     (repo / name / "1").mkdir(parents=True, exist_ok=True)
     config = [
         f'name: "{name}"',

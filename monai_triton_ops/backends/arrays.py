@@ -30,7 +30,10 @@ class ArrayFamily:
         """The family of one array: torch on its device, else numpy."""
         if isinstance(value, torch.Tensor):
             return cls("torch", value.device)
-        return cls("numpy")
+        return _NUMPY
+
+
+_NUMPY = ArrayFamily("numpy")
 
 
 def as_torch(value: ArrayLike) -> torch.Tensor:

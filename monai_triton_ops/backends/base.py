@@ -8,6 +8,9 @@ Everything that must behave the same on every backend lives in ``BaseBackend``:
     the caller's array family -> join in order -> the caller's Future (or InferenceTimeoutError at
     the deadline, after a best-effort _cancel)
 
+    infer(inputs), one request, a backend that allows it, fewer than max_in_flight out -> the same
+    checks, limits and errors, but the request runs on the caller's thread (_infer_here): no hand-off
+
 ``close(timeout_s)`` stops new requests, lets those in flight finish until its deadline, then
 fails the rest with ``BackendStateError`` and releases the backend. Arrays a backend returns are
 the caller's to keep: never views into memory the backend reuses (see ``docs/architecture.md``).
@@ -41,11 +44,11 @@ from ..errors import (
     UsageError,
 )
 from ..signature import ModelSignature
-from ..validation import dtype_name, validate_inputs
-from .arrays import ArrayFamily, ArrayLike, batch_of, join, split, to_family
+from ..validation import InputChecks, check_outputs
+from .arrays import ArrayFamily, ArrayLike, batch_of, join, to_family
 from .deadlines import call_at
 from .options import BackendOptions
-from .requests import Call, InferRequest, Parameter, checked_parameters, complete, unwrapped, wanted_outputs
+from .requests import Call, InferRequest, Parameter, checked_parameters, complete, split_requests, wanted_outputs
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -70,7 +73,8 @@ class BaseBackend(ABC):
 
     A subclass provides ``_open`` and either ``_infer`` (synchronous: run on the base's worker
     pool, ``max_in_flight`` threads) or ``_submit`` (asynchronous: must not block, completes the
-    future exactly once), optionally ``_cancel`` and ``_close``. ``open()`` is explicit (and done
+    future exactly once), optionally ``_cancel``, ``_close`` and ``_can_infer_here`` / ``_infer_here``
+    (``infer()`` on the caller's thread). ``open()`` is explicit (and done
     by ``with``) so heavy loading happens where the caller chooses; a closed backend never reopens.
     """
 
@@ -104,8 +108,10 @@ class BaseBackend(ABC):
         self.urls = tuple(urls)
         self.options = options
         self._state = BackendState.NEW
-        self._lock = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()  # a plain lock on the per-request path (a Condition's `with` is Python code)
+        self._drained = threading.Condition(self._lock)  # what close() waits on: requests and calls ending
         self._signature: ModelSignature | None = None
+        self._check_inputs: InputChecks | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._queue: deque[tuple[Call, int]] = deque()
         self._calls: set[Call] = set()
@@ -127,6 +133,19 @@ class BaseBackend(ABC):
         if pool is None:
             raise BackendStateError(f"{self!r}: no worker pool (not open)")
         return pool.submit(self._run_sync, request)
+
+    def _can_infer_here(self) -> bool:
+        """Whether ``infer()`` may run a request on the calling thread now (``_infer_here``); default no.
+
+        Only for a backend whose request keeps its own deadline on any thread (its blocking calls
+        carry the time left) and ends when ``close()`` releases the backend: the base arms no timer for
+        such a request, and the caller's thread is the one that waits.
+        """
+        return False
+
+    def _infer_here(self, request: InferRequest) -> Mapping[str, ArrayLike]:
+        """Run one request on the calling thread (see ``_can_infer_here``); outputs keyed by requested names."""
+        raise NotImplementedError
 
     def _cancel(self, request: InferRequest) -> None:  # noqa: B027 - optional hook
         """Best effort: stop a request past its deadline or left over at ``close()``."""
@@ -160,6 +179,7 @@ class BaseBackend(ABC):
                 raise BackendStateError(f"{self!r}: cannot reopen a backend once it has been closed")
             if self._state is BackendState.NEW:
                 self._signature = self._open()
+                self._check_inputs = InputChecks(self._signature)
                 if type(self)._submit is BaseBackend._submit:
                     self._pool = ThreadPoolExecutor(
                         self.options.max_in_flight, thread_name_prefix=f"{self.kind}-{self.model_name}"
@@ -182,7 +202,7 @@ class BaseBackend(ABC):
             self._state = BackendState.CLOSING
             end = time.monotonic() + limit
             while self._busy() and (remaining := end - time.monotonic()) > 0:
-                self._lock.wait(remaining)
+                self._drained.wait(remaining)
             leftover = [call for call in self._calls if not call.future.done()]
             self._queue.clear()
         for call in leftover:
@@ -226,42 +246,8 @@ class BaseBackend(ABC):
         bounds the whole call; past it the future raises ``InferenceTimeoutError``. ``parameters``
         are Triton request parameters for the model (backends with ``takes_parameters`` only).
         """
-        signature = self._signature_if_open("submit()")
-        validate_inputs(signature, inputs)
-        given_parameters = checked_parameters(self, parameters)
-        wanted = wanted_outputs(signature, outputs)
-        timeout = self.options.timeout_s if timeout_s is None else timeout_s
-        if timeout is not None and not timeout > 0:
-            raise UsageError(f"model {self.model_name!r}: timeout_s must be > 0 seconds, got {timeout!r}")
-        given = {name: unwrapped(inputs[name]) for name in signature.input_names}
-        family = ArrayFamily.of(given[signature.input_names[0]])
-        deadline = None if timeout is None else time.monotonic() + timeout
-        requests = [
-            InferRequest(
-                model=self.model_name,
-                inputs=part,
-                outputs=wanted,
-                family=family,
-                deadline=deadline,
-                parameters=given_parameters,
-            )
-            for part in self._parts(signature, given)
-        ]
-        call = Call(requests, timeout)
-        with self._lock:
-            if self._state is not BackendState.OPEN:
-                raise BackendStateError(f"{self!r}: submit() needs an open backend (state {self._state.value})")
-            self._calls.add(call)
-            self._queue.extend((call, index) for index in range(len(requests)))
-        # A weak reference: the future keeps its callbacks, so a strong one would make a cycle that keeps every
-        # result alive until the garbage collector runs (shared-memory outputs are leased until their arrays go).
-        call.future.add_done_callback(functools.partial(self._forget, weakref.ref(call)))
-        if deadline is not None:
-            call.timer = call_at(deadline, functools.partial(self._expire, call))
-        logger.debug(
-            "%r submit %d request(s) of %s", self, len(requests), {n: tuple(v.shape) for n, v in given.items()}
-        )
-        self._pump()
+        call = self._prepare("submit()", inputs, outputs, timeout_s, parameters)
+        self._enqueue(call)
         return call.future
 
     def infer(
@@ -272,8 +258,17 @@ class BaseBackend(ABC):
         timeout_s: float | None = None,
         parameters: Mapping[str, Parameter] | None = None,
     ) -> dict[str, ArrayLike]:
-        """``submit(...).result()``: run the model and return the requested outputs."""
-        return self.submit(inputs, outputs=outputs, timeout_s=timeout_s, parameters=parameters).result()
+        """``submit(...).result()``: run the model and return the requested outputs.
+
+        The caller waits anyway, so a backend that allows it (``_can_infer_here``) runs a one-request
+        call on the caller's thread while fewer than ``max_in_flight`` requests are out: no hand-off
+        to a worker and back. Same checks, limits, deadline and errors as ``submit``.
+        """
+        call = self._prepare("infer()", inputs, outputs, timeout_s, parameters)
+        if len(call.requests) == 1 and self._can_infer_here() and self._start_here(call):
+            return self._run_here(call)
+        self._enqueue(call)
+        return call.future.result()
 
     @overload
     def __call__(self, data: torch.Tensor) -> torch.Tensor: ...
@@ -291,17 +286,105 @@ class BaseBackend(ABC):
         return self.infer({signature.inputs[0].name: data}, outputs=(output,))[output]
 
     # -- the machinery -----------------------------------------------------------------------
-    def _signature_if_open(self, what: str) -> ModelSignature:
-        with self._lock:
-            if self._state is not BackendState.OPEN or self._signature is None:
-                raise BackendStateError(f"{self!r}: {what} needs an open backend (state {self._state.value})")
-            return self._signature
+    def _prepare(
+        self,
+        what: str,
+        inputs: Mapping[str, ArrayLike],
+        outputs: Sequence[str] | None,
+        timeout_s: float | None,
+        parameters: Mapping[str, Parameter] | None = None,
+    ) -> Call:
+        """The checked call: inputs validated, requests within ``max_batch_size``, its deadline fixed."""
+        signature, check_inputs = self._signature_if_open(what)
+        check_inputs(inputs)
+        given_parameters = checked_parameters(self, parameters)
+        wanted = wanted_outputs(signature, outputs)
+        timeout = self.options.timeout_s if timeout_s is None else timeout_s
+        if timeout is not None and not timeout > 0:
+            raise UsageError(f"model {self.model_name!r}: timeout_s must be > 0 seconds, got {timeout!r}")
+        call = Call(split_requests(self.model_name, signature, inputs, wanted, timeout, given_parameters), timeout)
+        if logger.isEnabledFor(logging.DEBUG):
+            shapes = {n: tuple(v.shape) for n, v in inputs.items()}
+            logger.debug("%r %s: %d request(s) of %s", self, what, len(call.requests), shapes)
+        return call
 
-    def _parts(self, signature: ModelSignature, inputs: dict[str, ArrayLike]) -> list[dict[str, ArrayLike]]:
-        limit = signature.max_batch_size
-        if signature.batch_axis != 0 or limit <= 0 or batch_of(inputs) <= limit:
-            return [inputs]
-        return split(inputs, limit)
+    def _enqueue(self, call: Call) -> None:
+        """Queue the call's requests (a deadline timer armed); the pump hands them to the backend."""
+        with self._lock:
+            if self._state is not BackendState.OPEN:
+                raise BackendStateError(f"{self!r}: submit() needs an open backend (state {self._state.value})")
+            self._calls.add(call)
+            self._queue.extend((call, index) for index in range(len(call.requests)))
+        # A weak reference: the future keeps its callbacks, so a strong one would make a cycle that keeps every
+        # result alive until the garbage collector runs (shared-memory outputs are leased until their arrays go).
+        call.future.add_done_callback(functools.partial(self._forget, weakref.ref(call)))
+        deadline = call.requests[0].deadline
+        if deadline is not None:
+            call.timer = call_at(deadline, functools.partial(self._expire, call))
+        self._pump()
+
+    def _start_here(self, call: Call) -> bool:
+        """Take a place among the ``max_in_flight`` for a call run on this thread; False when none is free
+        (or requests wait in the queue, which go first)."""
+        with self._lock:
+            if self._state is not BackendState.OPEN:
+                raise BackendStateError(f"{self!r}: infer() needs an open backend (state {self._state.value})")
+            if self._queue or self._in_flight >= self.options.max_in_flight:
+                return False
+            self._calls.add(call)  # close() waits for it and, past its deadline, fails it like any other
+            self._in_flight += 1
+            call.running.add(0)
+        return True
+
+    def _run_here(self, call: Call) -> dict[str, ArrayLike]:
+        """Run the call's one request on this thread; its deadline is the backend's to keep (no timer entry).
+
+        An answer after the deadline is the deadline's error, as on a worker. ``close()`` may fail the
+        call meanwhile (and ``_cancel`` the request); the caller then gets that error, whatever the
+        backend returns later.
+        """
+        request, result = call.requests[0], None
+        try:
+            try:
+                outputs = self._infer_here(request)
+                if request.deadline is not None and time.monotonic() > request.deadline:
+                    raise InferenceTimeoutError("the answer came after the deadline")  # as a timer would have had it
+            except BaseException as exc:  # whatever the backend raised goes where a submitted request's would
+                with self._lock:
+                    call.running.discard(0)  # over: nothing left for a cancel to stop
+                self._conclude(call, 0, None, exc)
+            else:
+                try:
+                    checked = self._checked(call, 0, outputs)
+                except BaseException as exc:  # a wrong answer
+                    self._fail(call, exc)
+                else:
+                    if call.settle():  # not failed meanwhile by close(): the caller's, with no future to pass through
+                        result = checked
+                del outputs
+        finally:  # its place and its call go together, once the outcome is settled
+            with self._lock:
+                self._in_flight -= 1
+                call.running.discard(0)
+                self._calls.discard(call)
+                self._wake_close()
+                queued = bool(self._queue)
+        if queued:  # requests submitted while this one held its place
+            self._pump()
+        return result if result is not None else call.future.result()
+
+    def _signature_if_open(self, what: str) -> tuple[ModelSignature, InputChecks]:
+        """No lock: each attribute is read at once, and queueing or starting a request checks the state again under
+        the lock."""
+        signature, check_inputs = self._signature, self._check_inputs
+        if self._state is not BackendState.OPEN or signature is None or check_inputs is None:
+            raise BackendStateError(f"{self!r}: {what} needs an open backend (state {self._state.value})")
+        return signature, check_inputs
+
+    def _wake_close(self) -> None:
+        """A request or call ended: wake ``close()`` if it waits for them (lock held; only it waits on the lock)."""
+        if self._state is BackendState.CLOSING:
+            self._drained.notify_all()
 
     def _busy(self) -> bool:
         """Calls not yet completed (their futures remove them), or requests still out (lock held)."""
@@ -335,52 +418,53 @@ class BaseBackend(ABC):
         child.add_done_callback(functools.partial(self._finished, call, index))
 
     def _finished(self, call: Call, index: int, child: Future[Mapping[str, ArrayLike]]) -> None:
+        self._release(call, index)
+        try:
+            outputs = child.result()
+        except BaseException as exc:  # the backend's error, or the child's cancellation
+            self._conclude(call, index, None, exc)
+        else:
+            self._conclude(call, index, outputs, None)
+            del outputs
+        self._pump()
+
+    def _release(self, call: Call, index: int) -> None:
+        """A request is no longer out: its place among the ``max_in_flight`` is free."""
         with self._lock:
             self._in_flight -= 1
             call.running.discard(index)
-            self._lock.notify_all()
-        try:
-            outputs = self._checked(call, index, child)
-        except InferenceTimeoutError as exc:
-            if call.timeout_s is None:  # the backend's own limit, not the caller's deadline
-                self._fail(call, exc)
-            else:  # the backend saw the caller's deadline first: one message either way
-                self._expire(call, cause=exc)
-        except BaseException as exc:  # whatever the backend raised goes to the caller's future
-            self._fail(call, exc)
-        else:
-            parts = call.store(index, outputs)
-            if parts is not None:
-                complete(call.future, result=join(parts))
-        self._pump()
+            self._wake_close()
 
-    def _checked(self, call: Call, index: int, child: Future[Mapping[str, ArrayLike]]) -> dict[str, ArrayLike]:
+    def _conclude(
+        self, call: Call, index: int, outputs: Mapping[str, ArrayLike] | None, error: BaseException | None
+    ) -> None:
+        """One request's outcome into its call: outputs checked and kept (the last completes the call), or the
+        call failed with the backend's error (a foreign one as ``InferenceError``)."""
+        if error is None:
+            try:
+                checked = self._checked(call, index, outputs or {})
+            except BaseException as exc:  # a wrong answer fails the call, not the thread that delivered it
+                self._fail(call, exc)
+                return
+            if len(call.requests) == 1:
+                if call.settle():
+                    complete(call.future, result=checked)
+            elif (parts := call.store(index, checked)) is not None:
+                complete(call.future, result=join(parts))
+        elif isinstance(error, InferenceTimeoutError) and call.timeout_s is not None:
+            self._expire(call, cause=error)  # the backend saw the caller's deadline first: one message either way
+        elif isinstance(error, MonaiTritonError) or not isinstance(error, Exception):
+            self._fail(call, error)
+        else:
+            failure = InferenceError(f"model {self.model_name!r}: {self.kind} backend failed: {error!r}")
+            failure.__cause__ = error
+            self._fail(call, failure)
+
+    def _checked(self, call: Call, index: int, outputs: Mapping[str, ArrayLike]) -> dict[str, ArrayLike]:
         """The request's outputs, checked (names, dtypes, batch) and in the caller's family."""
         request = call.requests[index]
-        try:
-            outputs = child.result()
-        except MonaiTritonError:
-            raise
-        except Exception as exc:
-            raise InferenceError(f"model {self.model_name!r}: {self.kind} backend failed: {exc!r}") from exc
-        if set(outputs) != set(request.outputs):
-            raise InferenceError(
-                f"model {self.model_name!r} returned outputs {sorted(outputs)}, requested {list(request.outputs)}"
-            )
-        signature = self.signature
         batch = batch_of(request.inputs) if len(call.requests) > 1 else None
-        for name in request.outputs:
-            value, spec = outputs[name], signature.output(name)
-            actual = dtype_name(value)
-            if actual != spec.dtype:
-                raise InferenceError(
-                    f"model {self.model_name!r} output {name!r}: expected dtype {spec.dtype}, got {actual}"
-                )
-            if batch is not None and (len(value.shape) == 0 or int(value.shape[0]) != batch):
-                raise InferenceError(
-                    f"model {self.model_name!r} output {name!r}: expected a batch of {batch}, got shape "
-                    f"{list(value.shape)}"
-                )
+        check_outputs(self.signature, request.outputs, outputs, batch=batch)
         return {name: to_family(outputs[name], request.family) for name in request.outputs}
 
     def _run_sync(self, request: InferRequest) -> Mapping[str, ArrayLike]:
@@ -423,6 +507,6 @@ class BaseBackend(ABC):
         call.drop_results()  # the timer heap may hold the call a while longer; the caller's future has them
         with self._lock:
             self._calls.discard(call)
-            self._lock.notify_all()
+            self._wake_close()
         if future.cancelled() and call.settle():  # the caller cancelled: stop what is running
             self._cancel_running(call)

@@ -2,7 +2,8 @@
 
 The model repository is the app's model folder (``-m``), so the repository a remote fleet serves runs
 here unchanged: same ``config.pbtxt``, same Triton scheduler, dynamic batcher and backends, no separate
-server and no network hop. Every backend of the process shares one server (``shared_server``).
+server and no network hop. Every backend of the process shares one server (``shared_server`` counts the
+holds; ``inprocess_server.InProcessServer`` owns the server's life: load, drain, delete, exit).
 
 A request goes to ``TRITONSERVER_ServerInferAsync``; the response callback reads the outputs, which the
 binding's ``ArrayAllocator`` had Triton write straight into buffers lent by this backend's pool
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import torch
 
-from ..errors import ConfigError, InferenceError, MonaiTritonError
+from ..errors import BackendUnavailableError, ConfigError, InferenceError, ModelLoadError, MonaiTritonError
 from ..repository import layout
 from ..repository.signatures import LocalEntry, local_entry
 from ..signature import ModelSignature, TensorSpec
@@ -142,14 +143,14 @@ class InProcessBackend(BaseBackend):
         if self.urls:
             raise ConfigError(f"the 'triton' backend runs in this process and takes no server URL, got {self.urls}")
         self._repository = self.model_repository.resolve()
-        self._server: shared_server.SharedServer | None = None
+        self._server: shared_server.InProcessServer | None = None
         self._allocator: bindings.ArrayAllocator | None = None
         self._requests: dict[int, bindings.TRITONSERVER_InferenceRequest] = {}  # in Triton, for cancel
         self._requests_lock = threading.Lock()
         self._buffers = BufferPool()
 
     @property
-    def server(self) -> shared_server.SharedServer:
+    def server(self) -> shared_server.InProcessServer:
         """The shared server this backend holds (open backends only)."""
         if self._server is None:
             raise ConfigError(f"{self!r} holds no server (not open)")
@@ -164,21 +165,37 @@ class InProcessBackend(BaseBackend):
         signature = entry.signature(version, path=version_dir / entry.model_filename)
         _refuse_bytes_in_a_numpy2_stub(signature, entry)
         options = cast(TritonOptions, self.options)
-        self._server = shared_server.acquire(options.server_settings(), self._repository, self.model_name, self)
+        try:
+            self._server = shared_server.acquire(options.server_settings(), self._repository, self.model_name, self)
+        except b.TritonError as exc:
+            raise self._error(exc, loading=True) from exc
         self._allocator = b.ArrayAllocator("numpy", buffers=self._buffers.lend)
         logger.info("model %r loaded in the in-process Triton server", self.model_name)
         return signature
 
     def _submit(self, request: InferRequest) -> Future[Mapping[str, ArrayLike]]:
+        result: Future[Mapping[str, ArrayLike]] = Future()
+        pending = _Pending(result)
+        key = id(request)
+        try:
+            triton_request = self._triton_request(request, pending)
+            with self._requests_lock:
+                self._requests[key] = triton_request
+            landed = self.server.submit(triton_request)
+        except Exception as exc:  # refused synchronously: a closing server, an input Triton rejects
+            with self._requests_lock:
+                self._requests.pop(key, None)
+            raise self._error(exc) from exc
+        landed.add_done_callback(functools.partial(self._landed, key, pending))
+        return result
+
+    def _triton_request(self, request: InferRequest, pending: _Pending) -> bindings.TRITONSERVER_InferenceRequest:
         from .. import bindings as b
 
-        server, allocator = self.server.server, self._allocator
+        allocator = self._allocator
         if allocator is None:
             raise InferenceError(f"{self!r}: no response allocator (not open)")
-        try:
-            triton_request = b.TRITONSERVER_InferenceRequest(server, self.model_name, self.version or -1)
-        except b.TritonError as exc:  # e.g. a version the server does not serve: NOT_FOUND, as remotely
-            raise self._error(exc) from exc
+        triton_request = b.TRITONSERVER_InferenceRequest(self.server.server, self.model_name, self.version or -1)
         signature = self.signature
         for name, value in request.inputs.items():
             spec = signature.input(name)
@@ -187,22 +204,8 @@ class InProcessBackend(BaseBackend):
             triton_request.append_input_data(name, data)
         for name in request.outputs:
             triton_request.add_requested_output(name)
-        result: Future[Mapping[str, ArrayLike]] = Future()
-        pending = _Pending(result)
         triton_request.set_response_callback(allocator, None, _on_response, pending)
-        key = id(request)
-        with self._requests_lock:
-            self._requests[key] = triton_request
-        try:
-            landed = server.infer_async(triton_request)
-        except BaseException as exc:
-            with self._requests_lock:
-                self._requests.pop(key, None)
-            if isinstance(exc, b.TritonError):  # refused at submission: the same table as a failure at landing
-                raise self._error(exc) from exc
-            raise
-        landed.add_done_callback(functools.partial(self._landed, key, pending))
-        return result
+        return triton_request
 
     def _landed(self, key: int, pending: _Pending, landed: Future[None]) -> None:
         """Triton released the request and delivered its FINAL response: clean up, and fail the call if it failed."""
@@ -221,18 +224,24 @@ class InProcessBackend(BaseBackend):
         with contextlib.suppress(InvalidStateError):
             pending.result.set_exception(self._error(error))
 
-    def _error(self, error: BaseException) -> BaseException:
-        """What the caller sees: a Triton error through the one status table (``status.py``), as remotely."""
+    def _error(self, error: BaseException, *, loading: bool = False) -> BaseException:
+        """The one translation of what the in-process server raised: Triton's errors through the status table
+        all Triton backends share (``status.py``), as remotely; a load failure as the load's own error."""
         from .. import bindings as b
 
+        model = self.model_name
+        if loading:
+            if isinstance(error, b.UnavailableError):  # a stub that cannot start or died: the environment
+                return BackendUnavailableError(str(error))
+            return ModelLoadError(f"model {model!r} failed to load in the in-process Triton server: {error}")
         if isinstance(error, b.TritonError):
             public: BaseException = status.to_public(
-                status.from_triton_code(error.code.name, str(error)), model=self.model_name, url=status.IN_PROCESS
+                status.from_triton_code(error.code.name, str(error)), model=model, url=status.IN_PROCESS
             )
         elif isinstance(error, MonaiTritonError):
             return error
         else:
-            public = InferenceError(f"model {self.model_name!r}: reading Triton's answer failed: {error!r}")
+            public = InferenceError(f"model {model!r}: reading Triton's answer failed: {error!r}")
         public.__cause__ = error
         return public
 

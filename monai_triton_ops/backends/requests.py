@@ -18,7 +18,7 @@ import torch
 
 from ..errors import InputValidationError, UsageError
 from ..signature import ModelSignature
-from .arrays import ArrayFamily, ArrayLike, as_torch
+from .arrays import ArrayFamily, ArrayLike, as_torch, batch_of, split
 from .deadlines import Timer
 
 #: A Triton request parameter's value (the inference protocol carries strings, integers and booleans).
@@ -45,7 +45,7 @@ class Call:
     """One ``submit()``: its requests, their results so far, and the caller's future."""
 
     def __init__(self, requests: list[InferRequest], timeout_s: float | None) -> None:
-        self.future: Future[dict[str, ArrayLike]] = Future()
+        self._future: Future[dict[str, ArrayLike]] | None = None
         self.requests = requests
         self.timeout_s = timeout_s
         self.started = time.monotonic()
@@ -55,6 +55,17 @@ class Call:
         self._left = len(requests)
         self._settled = False
         self._lock = threading.Lock()
+
+    @property
+    def future(self) -> Future[dict[str, ArrayLike]]:
+        """The caller's future, made on first use (an ``infer()`` run on the caller's thread that succeeds has none)."""
+        future = self._future
+        if future is None:
+            with self._lock:
+                if self._future is None:
+                    self._future = Future()
+                future = self._future
+        return future
 
     def store(self, index: int, outputs: Mapping[str, ArrayLike]) -> list[Mapping[str, ArrayLike]] | None:
         """Keep one request's outputs; all of them, in order, once the last arrives."""
@@ -78,6 +89,29 @@ class Call:
                 return False
             self._settled = True
             return True
+
+
+def split_requests(
+    model: str,
+    signature: ModelSignature,
+    inputs: Mapping[str, ArrayLike],
+    outputs: tuple[str, ...],
+    timeout_s: float | None,
+    parameters: Mapping[str, Parameter] | None = None,
+) -> list[InferRequest]:
+    """The requests of one call: its (validated) inputs in signature order, in parts of at most ``max_batch_size``
+    along the batch axis, all with the same deadline and Triton request parameters."""
+    given = {name: unwrapped(inputs[name]) for name in signature.input_names}
+    family = ArrayFamily.of(given[signature.input_names[0]])
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    limit = signature.max_batch_size
+    whole = signature.batch_axis != 0 or limit <= 0 or batch_of(given) <= limit
+    return [
+        InferRequest(
+            model=model, inputs=part, outputs=outputs, family=family, deadline=deadline, parameters=parameters or {}
+        )
+        for part in ([given] if whole else split(given, limit))
+    ]
 
 
 def unwrapped(value: ArrayLike) -> ArrayLike:

@@ -27,11 +27,15 @@ Triton's HTTP frontend folds ``UNKNOWN``, ``ALREADY_EXISTS`` and ``CANCELLED`` i
 in the server's ``http_server.cc``), so over HTTP those three read as ``INVALID_ARGUMENT``; :data:`TRITON_WIRE`
 records how the server sends each Triton code, and a test holds the table to it.
 
-The one reading of message text: Triton 2.51 reports a Python-backend stub that died (``os._exit``, a
+The two readings of message text. Triton 2.51 reports a Python-backend stub that died (``os._exit``, a
 segfault, the OOM killer) as ``INTERNAL`` "Stub process '<instance>' is not healthy." and gives no other
 sign; the model stays READY and is not restarted (pitfall B2). That is the model's server side being gone,
 not the model failing on this input, so it is :attr:`Status.MODEL_DOWN`: a ``ServerUnavailableError`` on
-every backend. The pattern is pinned by tests that kill a real stub on all three backends.
+every backend. The pattern is pinned by tests that kill a real stub on all three backends. And Triton 2.51
+refuses a gRPC call of a restricted protocol (``--grpc-restricted-protocol``) whose key header is missing or
+wrong with ``UNAVAILABLE`` "This protocol is restricted, expecting header '...'" (over HTTP it is a 403): a
+refusal, not a server that is away, so it is :attr:`Status.PERMISSION` and never retried or waited out
+(pinned by ``tests/backends/remote/test_auth.py`` against a real server).
 """
 
 from __future__ import annotations
@@ -155,6 +159,8 @@ TRITON_WIRE: Mapping[str, tuple[str, int]] = MappingProxyType(
 # python_backend r24.10 src/python_be.cc: "Stub process '<model>_<group>_<index>' is not healthy." (also without
 # the name), and "Failed to obtain the health mutex." when the stub died holding it.
 _STUB_DOWN = re.compile(r"Stub process (?:'[^']*' )?is not healthy|Failed to obtain the health mutex")
+# server r24.10 src/grpc/grpc_server.cc: "This protocol is restricted, expecting header '<prefix><key>'".
+_RESTRICTED = re.compile(r"^This protocol is restricted, expecting header '")
 
 
 class CallError(Exception):
@@ -201,6 +207,8 @@ def from_os_error(exc: OSError) -> CallError:
 def _refined(status: Status, message: str) -> CallError:
     if status is Status.INTERNAL and _STUB_DOWN.search(message):
         return CallError(Status.MODEL_DOWN, message)
+    if status is Status.UNAVAILABLE and _RESTRICTED.search(message):
+        return CallError(Status.PERMISSION, message)
     return CallError(status, message)
 
 
@@ -230,7 +238,10 @@ def _explained(error: CallError, waited_s: float | None) -> str:
     if status is Status.UNSUPPORTED:
         return f"the server does not support this request: {message}"
     if status is Status.PERMISSION:
-        return f"the server refused access ({message}); check credentials and headers"
+        return (
+            f"the server refused access ({message}); check the credentials this client sends: auth_token, "
+            "restricted_keys (a Triton restricted protocol's key, missing or wrong), headers"
+        )
     if status is Status.TOO_LARGE:
         return f"message too large ({message}); use shared_memory=system on this host, or smaller batches"
     if status is Status.CANCELLED:

@@ -6,17 +6,24 @@ handles: the request's handle is the ``response_allocator_userp`` (see ``request
 callback becomes a ``TRITONSERVER_Error`` returned to Triton (never NULL-with-success: Triton would write
 through an unset pointer), and the request remembers it so that the response's error is chained to it.
 
+An exception from ``release_fn`` belongs to the response whose buffers it releases: Triton calls it inside
+``TRITONSERVER_InferenceResponseDelete``, on the thread deleting that response, which collects it
+(:func:`collect_release_errors`). An explicit ``response.delete()`` raises it; a response dropped while its
+inference is still in flight passes it to that request's future; otherwise it is logged, never raised by
+an unrelated call.
+
 :class:`ArrayAllocator` allocates a fresh numpy array (or torch tensor) per output; the response hands that
 array out as it is, so outputs reach the caller without a copy and stay valid after the response is gone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -48,8 +55,20 @@ QueryFn = Callable[
 ]
 
 
+class Flight(Protocol):
+    """The inference a buffer was allocated for (``request._Flight``): where its callbacks' exceptions go."""
+
+    @property
+    def completed(self) -> bool: ...
+
+    def note(self, exc: BaseException) -> None: ...
+
+
 class AllocationContext(Protocol):
     """What an allocator callback's ``userp`` handle stands for: an in-flight request."""
+
+    @property
+    def _flight(self) -> Flight | None: ...
 
     def _allocation(self) -> tuple[TRITONSERVER_ResponseAllocator, Any]: ...
 
@@ -60,6 +79,8 @@ class AllocationContext(Protocol):
 class _Buffer:
     allocator: TRITONSERVER_ResponseAllocator
     user_object: Any
+    flight: Flight | None
+    """The inference whose response holds the buffer."""
 
 
 class TRITONSERVER_ResponseAllocator(TritonObject):
@@ -118,15 +139,37 @@ class TRITONSERVER_ResponseAllocator(TritonObject):
         self._requests.add(request)
 
 
+# -- where a release_fn exception goes -----------------------------------------------------------------
+_deleting = threading.local()
+
+
+@contextlib.contextmanager
+def collect_release_errors() -> Iterator[list[BaseException]]:
+    """Around a ``TRITONSERVER_InferenceResponseDelete``: the exceptions its ``release_fn`` calls raise.
+
+    Triton releases the buffers synchronously, on the deleting thread; nested deletions (a ``release_fn`` that
+    drops another response) collect into their own list.
+    """
+    stack: list[list[BaseException]] | None = getattr(_deleting, "stack", None)
+    if stack is None:
+        stack = _deleting.stack = []
+    errors: list[BaseException] = []
+    stack.append(errors)
+    try:
+        yield errors
+    finally:
+        stack.pop()
+
+
+def deliver_release_error(exc: BaseException, flight: Flight | None) -> None:
+    """A ``release_fn`` exception no deletion collects: to its inference's future, or the log if that completed."""
+    if flight is not None and not flight.completed:
+        flight.note(exc)
+    else:
+        logger.error("a release_fn raised after its inference had completed (nothing left to raise it to): %r", exc)
+
+
 # -- trampolines --------------------------------------------------------------------------------------
-_release_errors = threading.local()
-
-
-def take_release_errors() -> list[BaseException]:
-    """Exceptions raised by ``release_fn`` callbacks on this thread since the last call (response deletes)."""
-    errors: list[BaseException] = getattr(_release_errors, "errors", [])
-    _release_errors.errors = []
-    return errors
 
 
 def _context(userp: int | None) -> AllocationContext:
@@ -158,7 +201,7 @@ def _alloc(
         )
         if byte_size and not address:
             raise MemoryError(f"allocator returned no buffer for {byte_size} bytes of output {name!r}")
-        handle = new_handle(_Buffer(allocator, buffer_object)) if address else None
+        handle = new_handle(_Buffer(allocator, buffer_object, context._flight)) if address else None
         if handle is not None:
             allocator._buffers.add(handle)
         buffer[0] = address or None
@@ -175,8 +218,9 @@ def _alloc(
 def _release(
     _allocator: int | None, buffer: int | None, buffer_userp: int | None, byte_size: int, memory_type: int, type_id: int
 ) -> int | None:
+    record: _Buffer | None = None
     try:
-        record: _Buffer | None = drop_handle(buffer_userp)
+        record = drop_handle(buffer_userp)
         if record is None:
             return None
         record.allocator._buffers.discard(buffer_userp or 0)
@@ -191,7 +235,11 @@ def _release(
             )
         return None
     except BaseException as exc:
-        _release_errors.errors = [*getattr(_release_errors, "errors", []), exc]
+        stack: list[list[BaseException]] | None = getattr(_deleting, "stack", None)
+        if stack:
+            stack[-1].append(exc)  # the response being deleted on this thread decides
+        else:
+            deliver_release_error(exc, record.flight if record is not None else None)
         return new_error(exc)
 
 

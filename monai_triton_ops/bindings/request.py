@@ -85,6 +85,11 @@ class _Flight:
     def note(self, exc: BaseException) -> None:
         self.errors.append(exc)
 
+    @property
+    def completed(self) -> bool:
+        """Whether the future was given its outcome (an exception noted now would reach nobody)."""
+        return self.future.done()
+
     def allocation_error(self) -> BaseException | None:
         """The first exception an allocator callback raised (the cause of the response's error)."""
         return self.errors[0] if self.errors else None

@@ -2,9 +2,13 @@
 
 Reading a response (outputs, parameters) first raises the error it carries, if any: the error belongs to
 the response (it is not deleted), and when an allocator callback caused it, the exception is chained to
-the one the callback raised. Values returned by the getters are copied out, except ``output_array`` /
-``output_tensor`` on buffers from :class:`~.allocator.ArrayAllocator`, which return the array the output was
-written into (Python-owned memory, valid after the response is deleted).
+the one the callback raised. Deleting a response releases its output buffers: an exception a ``release_fn``
+raises then is raised by ``delete()``, or, for a response dropped without ``delete()``, given to the future
+of the inference it belongs to (logged once that future has completed).
+
+Values returned by the getters are copied out, except ``output_array`` / ``output_tensor`` on buffers from
+:class:`~.allocator.ArrayAllocator`, which return the array the output was written into (Python-owned
+memory, valid after the response is deleted).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import numpy as np
 
 from ._library import lib
 from ._object import TritonObject, handle_object
-from .allocator import take_release_errors
+from .allocator import collect_release_errors, deliver_release_error
 from .enums import TRITONSERVER_DataType, TRITONSERVER_MemoryType, TRITONSERVER_ParameterType, numpy_dtype
 from .error import InternalError, UnsupportedError, raise_error
 
@@ -191,11 +195,21 @@ class TRITONSERVER_InferenceResponse(TritonObject):
         return torch.from_numpy(self.output_array(index))
 
     def delete(self) -> None:
-        """Delete the response now; raises what a ``release_fn`` of its buffers raised."""
-        super().delete()
-        errors = take_release_errors()
+        """Delete the response now; raises the first exception a ``release_fn`` of its buffers raised."""
+        self._ptr()
+        errors = self._delete_collecting("delete() was called")
         if errors:
             raise errors[0]
+
+    def _delete_now(self, because: str) -> None:
+        """Dropped, or its server stopped: a ``release_fn`` exception goes to this response's inference."""
+        for exc in self._delete_collecting(because):
+            deliver_release_error(exc, self._flight)
+
+    def _delete_collecting(self, because: str) -> list[BaseException]:
+        with collect_release_errors() as errors:
+            super()._delete_now(because)
+        return errors
 
 
 def _check_size(out: ResponseOutput, itemsize: int) -> None:

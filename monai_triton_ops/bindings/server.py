@@ -1,24 +1,26 @@
 """``TRITONSERVER_Server``: the in-process server, its models, and ``infer_async``.
 
-Stopping and deleting follow the C API, with the pitfalls closed:
+The binding holds no policy: no thread, no timer, no exit hook, no ``__del__`` that deletes the server.
+``stop()`` and ``delete()`` are ``TRITONSERVER_ServerStop`` / ``TRITONSERVER_ServerDelete``; the waiting,
+deadlines and process exit belong to whoever owns the server (the in-process backend's
+``backends/inprocess_server.py``). What it adds is the ownership rules, enforced:
 
-- A response or request left alive by Python pins its model, and ``TRITONSERVER_ServerStop`` then waits the
-  whole exit timeout. ``stop()`` and ``delete()`` first delete every Python-owned request and response of this
-  server (using one afterwards raises "deleted (its server was stopped)").
-- ``stop()`` and ``delete()`` refuse new requests, then wait (GIL released, no lock callbacks need) for the
-  requests in flight to land, up to the exit timeout, and only then call Triton. Triton's own wait is not
-  enough: when its exit timeout expires, ``TRITONSERVER_ServerDelete`` returns an error without deleting, and
-  deleting again once the request lands frees the server under a model that a Triton thread destroys later
-  (2.51 crashes in ``RateLimiter::GetPayload``, seen here). So when requests outlive the exit timeout,
-  ``delete()`` raises without calling Triton, and the binding deletes the server after the last one has
-  landed (on a short-lived thread: deleting from a Triton callback thread would join that thread).
-- At interpreter exit, servers still alive are deleted before Python finalizes (``atexit``), so no Triton
-  thread calls back into a finalizing interpreter.
+- A response or request left alive by Python pins its model, and ``TRITONSERVER_ServerStop`` would wait the
+  whole exit timeout for it. ``stop()`` and ``delete()`` first delete every Python-owned request and response of
+  this server (using one afterwards raises "deleted (its server was stopped)"), and refuse new requests.
+- A request lent to Triton belongs to the server: ``delete()`` refuses (``OwnershipError``, no C call) while
+  one is in flight. Triton 2.51's own check is not enough: when its exit timeout expires, ``ServerDelete``
+  returns an error without deleting, and deleting again once the requests land frees the server under a
+  model that a Triton thread destroys later (a crash in ``RateLimiter::GetPayload``, seen here under gdb).
+- For the same reason a server whose stop failed (Triton's exit timeout expired) is never deleted:
+  ``delete()`` refuses it. Its owner leaves it to the process's exit.
+
+A server is deleted only by ``delete()``: dropping the wrapper deletes nothing (deleting blocks for as long
+as the models take to unload, which no garbage collection may do).
 """
 
 from __future__ import annotations
 
-import atexit
 import concurrent.futures
 import ctypes
 import logging
@@ -31,7 +33,7 @@ from typing import Any
 from ._library import lib
 from ._object import State, TritonObject
 from .enums import TRITONSERVER_ModelBatchFlag, TRITONSERVER_ModelTxnPropertyFlag
-from .error import InternalError, OwnershipError, TritonError, UnavailableError
+from .error import OwnershipError, TritonError, UnavailableError
 from .message import TRITONSERVER_Message
 from .metrics import TRITONSERVER_Metrics
 from .options import TRITONSERVER_ServerOptions
@@ -41,106 +43,94 @@ from .trace import TRITONSERVER_InferenceTrace
 
 logger = logging.getLogger(__name__)
 
-#: Exit timeout for a postponed deletion, when only model unloading is left to wait for.
-_UNLOAD_TIMEOUT_S = 60
-_live_servers: weakref.WeakSet[TRITONSERVER_Server] = weakref.WeakSet()
-_atexit_lock = threading.Lock()
-_atexit_registered = False
-
 
 class TRITONSERVER_Server(TritonObject):
     """``TRITONSERVER_ServerNew(options)``: starts the server and loads its startup models (GIL released)."""
 
-    _c_delete = None  # deleted through delete(): ServerDelete can fail without deleting
+    _c_delete = None  # deleted only through delete(): ServerDelete blocks and can fail without deleting
 
     def __init__(self, options: TRITONSERVER_ServerOptions) -> None:
         out = ctypes.c_void_p()
         lib().TRITONSERVER_ServerNew(ctypes.byref(out), options._ptr())
         super().__init__(out.value or 0)
-        self._exit_timeout_s = options.exit_timeout_s
         self._children: weakref.WeakSet[Any] = weakref.WeakSet()
         self._in_flight: set[int] = set()
         self._flight_lock = threading.Lock()
-        self._landed_all = threading.Condition(self._flight_lock)
         self._stopping = False
-        self._delete_lock = threading.Lock()
-        self._delete_pending = False
-        self._deleter: threading.Thread | None = None
-        _live_servers.add(self)
-        _register_atexit()
+        self._stop_failed = ""
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def stop(self) -> None:
-        """Refuse new requests, let those in flight land (up to the exit timeout), ``TRITONSERVER_ServerStop``.
+        """``TRITONSERVER_ServerStop``: refuse new requests, let Triton wait (GIL released) for those in flight
+        and for the models to unload, up to the exit timeout.
 
         Raises:
-            InternalError: requests were still in flight when the exit timeout expired; Triton was not asked
-                to stop (``delete()`` later deletes the server once they land).
+            InternalError: Triton's exit timeout expired; the server can no longer be deleted.
         """
-        self._ptr()
+        pointer = self._ptr()
         self._begin_stop()
-        lib().TRITONSERVER_ServerStop(self._ptr())
+        self._call_stop(lib().TRITONSERVER_ServerStop, pointer)
 
     def delete(self) -> None:
-        """Stop as ``stop()`` does, then ``TRITONSERVER_ServerDelete``.
+        """``TRITONSERVER_ServerDelete``: stop as ``stop()`` does, then free the server.
 
         Raises:
-            InternalError: requests were still in flight when the exit timeout expired; the server is deleted
-                as soon as they have landed (``wait_deleted`` waits for that).
-            TritonError: Triton failed to stop (its models did not unload within the exit timeout); the
-                server is left undeleted, as Triton leaves it.
-            OwnershipError: deleted already, or a postponed deletion still waits for requests in flight.
+            OwnershipError: requests are still in flight (they belong to this server until released), a
+                stop failed before, or the server was deleted already. Nothing was asked of Triton.
+            InternalError: Triton's exit timeout expired (models did not unload); the server is left
+                undeleted, as Triton leaves it, and can no longer be deleted.
         """
-        with self._delete_lock:
-            pointer = self._ptr()
-            if self._delete_pending:
-                if self._in_flight:
-                    raise OwnershipError(
-                        f"TRITONSERVER_Server: {len(self._in_flight)} request(s) still in flight; "
-                        "it is deleted as soon as they have landed"
-                    )
-                self._finish_delete()
-                return
-            try:
-                self._begin_stop()
-            except InternalError:
-                with self._flight_lock:
-                    self._delete_pending = True
-                    now = not self._in_flight
-                if now:
-                    self._finish_delete()
-                raise
-            lib().TRITONSERVER_ServerDelete(pointer)
-            self._mark_deleted("delete() was called")
+        pointer = self._ptr()
+        if self._stop_failed:
+            raise OwnershipError(
+                f"TRITONSERVER_Server cannot be deleted: its stop failed ({self._stop_failed}); Triton 2.51 would "
+                "free it under models that are still unloading, so it is left to the process's exit"
+            )
+        with self._flight_lock:  # infer_async checks _stopping under the same lock
+            in_flight = len(self._in_flight)
+            if in_flight:
+                raise OwnershipError(
+                    f"TRITONSERVER_Server cannot be deleted: {in_flight} request(s) still in flight belong to it "
+                    "until Triton releases them"
+                )
+            self._stopping = True
+        self._begin_stop()
+        self._call_stop(lib().TRITONSERVER_ServerDelete, pointer)
+        self._state = State.DELETED
+        self._deleted_because = "delete() was called"
+        self._pointer = 0
 
     def _begin_stop(self) -> None:
-        self._stopping = True
+        with self._flight_lock:
+            self._stopping = True
         self._invalidate_children()
-        with self._landed_all:
-            landed = self._landed_all.wait_for(lambda: not self._in_flight, timeout=self._exit_timeout_s)
-            in_flight = len(self._in_flight)
-        if not landed:
-            raise InternalError(
-                f"Exit timeout expired: {in_flight} request(s) still in flight after {self._exit_timeout_s} s; "
-                "the server is deleted once they have landed"
-            )
+
+    def _call_stop(self, function: Any, pointer: int) -> None:
+        try:
+            function(pointer)
+        except TritonError as exc:
+            self._stop_failed = str(exc)
+            raise
+
+    @property
+    def in_flight(self) -> int:
+        """Requests lent to Triton by ``infer_async`` and not yet released with their FINAL response."""
+        with self._flight_lock:
+            return len(self._in_flight)
 
     @property
     def deleted(self) -> bool:
-        """Whether the C server is gone (after ``delete()``, possibly finished later)."""
+        """Whether the C server is gone."""
         return self._state is State.DELETED
 
-    def wait_deleted(self, timeout_s: float | None = None) -> bool:
-        """Wait until a deletion that ``delete()`` had to postpone is finished; returns whether it is."""
-        deleter = self._deleter
-        if deleter is not None:
-            deleter.join(timeout_s)
-        return self.deleted
+    @property
+    def stop_failed(self) -> bool:
+        """Whether a ``stop()`` or ``delete()`` failed (Triton's exit timeout expired): it cannot be deleted now."""
+        return bool(self._stop_failed)
 
     def set_exit_timeout(self, timeout_s: int) -> None:
-        """How long stop waits for requests in flight and for models to unload."""
+        """``TRITONSERVER_ServerSetExitTimeout``: how long stop waits for requests in flight and models to unload."""
         lib().TRITONSERVER_ServerSetExitTimeout(self._ptr(), int(timeout_s))
-        self._exit_timeout_s = int(timeout_s)
 
     # -- repositories and models ------------------------------------------------------------------------
     def register_model_repository(
@@ -257,7 +247,14 @@ class TRITONSERVER_Server(TritonObject):
             request._unlend()
             raise
         with self._flight_lock:
-            self._in_flight.add(request._handle)
+            stopping = self._stopping
+            if not stopping:
+                self._in_flight.add(request._handle)
+        if stopping:
+            request._unlend()
+            if trace is not None:
+                trace._infer_failed()
+            self._refuse_if_stopping()
         try:
             lib().TRITONSERVER_ServerInferAsync(server, request._pointer, trace_pointer)
         except BaseException:
@@ -281,63 +278,9 @@ class TRITONSERVER_Server(TritonObject):
     def _landed(self, request: TRITONSERVER_InferenceRequest) -> None:
         with self._flight_lock:
             self._in_flight.discard(request._handle)
-            if not self._in_flight:
-                self._landed_all.notify_all()
-            finish = self._delete_pending and not self._in_flight and self._deleter is None
-        if finish:  # never delete on a Triton callback thread: ServerDelete joins Triton's threads
-            self._deleter = threading.Thread(target=self._finish_delete_later, name="triton-server-delete", daemon=True)
-            self._deleter.start()
-
-    def _finish_delete_later(self) -> None:
-        with self._delete_lock:
-            if self._state is State.OWNED:
-                self._finish_delete()
-
-    def _finish_delete(self) -> None:
-        """The postponed deletion: no request is in flight any more, only model unloading is left to wait for;
-        a short exit timeout (the one that expired) would leave the server half-stopped, so wait longer."""
-        try:
-            lib().TRITONSERVER_ServerSetExitTimeout(self._pointer, max(self._exit_timeout_s, _UNLOAD_TIMEOUT_S))
-            lib().TRITONSERVER_ServerDelete(self._pointer)
-        except TritonError:
-            logger.exception("TRITONSERVER_ServerDelete failed; the server is left undeleted")
-            return
-        self._mark_deleted("delete() was called")
-
-    def _mark_deleted(self, because: str) -> None:
-        self._state = State.DELETED
-        self._deleted_because = because
-        self._pointer = 0
-        _live_servers.discard(self)
 
     def _invalidate_children(self) -> None:
         """Delete Python-owned requests and responses: alive, they would keep their models loaded."""
         for child in list(self._children):
             if child.owner_state is State.OWNED:
                 child._delete_now("its server was stopped")
-
-    def __del__(self) -> None:
-        if getattr(self, "_state", None) is State.OWNED:
-            try:
-                self.delete()
-            except Exception:
-                logger.exception("deleting TRITONSERVER_Server failed")
-
-
-def _register_atexit() -> None:
-    global _atexit_registered
-    with _atexit_lock:
-        if not _atexit_registered:
-            atexit.register(_delete_all_servers)
-            _atexit_registered = True
-
-
-def _delete_all_servers() -> None:
-    """At interpreter exit, while threads can still call back: delete every server still alive."""
-    for server in list(_live_servers):
-        if server.owner_state is State.OWNED:
-            try:
-                server.delete()
-            except Exception:
-                logger.exception("deleting a TRITONSERVER_Server at exit failed")
-            server.wait_deleted(timeout_s=None)

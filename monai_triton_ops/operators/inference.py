@@ -45,7 +45,7 @@ from ..app_args import (
     allow_non_finite_from,
     resolve_backend,
 )
-from ..app_settings import describe, load_settings, model_name_for
+from ..app_settings import backend_keywords, describe, load_settings, model_name_for
 from ..backends.base import BaseBackend
 from ..backends.registry import create_backend
 from ..errors import BackendStateError, ConfigError, InputDataError
@@ -121,10 +121,13 @@ class InferenceOperator(SdkInferenceOperator):
         args_of = dict(app_context.args) if app_context is not None else {}
         self.model_name = model_name_for(model_name, args_of.get(MODEL_NAME_ARG))
         self._factory = backend if callable(backend) else None
-        self.backend_spec = None if callable(backend) else _spec_from(backend, app_context)
-        self.backend_options = dict(backend_options or {})
         deployed = load_settings(args_of.get(BACKEND_OPTIONS_ARG))
-        self.backend_options.update({k: v.value for k, v in deployed.items()})
+        if callable(backend):
+            self.backend_spec = None
+            self.backend_options = {**(backend_options or {}), **{k: v.value for k, v in deployed.items()}}
+        else:
+            self.backend_spec, spec_source = _spec_from(backend, app_context)
+            self.backend_options = backend_keywords(self.backend_spec, spec_source, deployed, backend_options or {})
         self._deployed_options = describe(deployed)
         repository = app_context.model_path if app_context is not None and app_context.model_path else model_path
         if repository:
@@ -338,19 +341,21 @@ def _as_labels(array: np.ndarray) -> np.ndarray:
     return array
 
 
-def _spec_from(backend: str | None, app_context: AppContext | None) -> str:
-    """The deploy-time choice (command line, environment, app.yaml), else the code's, else the default.
+def _spec_from(backend: str | None, app_context: AppContext | None) -> tuple[str, str]:
+    """The deploy-time choice (command line, environment, app.yaml), else the code's, else the default;
+    with its source (``app_settings.SOURCES``), by which the options in its query string rank.
 
     An app context made by the App SDK's own ``init_app_context`` has no ``backend``: its ``-t`` /
     ``TRITON_SERVER_NETLOC`` (``triton_server_netloc``) means ``http://HOST:PORT``, as there.
     """
     args = dict(app_context.args) if app_context is not None else {}
-    deployed = args.get(BACKEND_ARG) if args.get(BACKEND_SOURCE_ARG, "command line") != "code" else None
+    source = str(args.get(BACKEND_SOURCE_ARG, "command line"))
+    deployed = args.get(BACKEND_ARG) if source != "code" else None
     if deployed:
-        return str(deployed)
+        return str(deployed), source
     if backend:
-        return resolve_backend(backend)
+        return resolve_backend(backend), "code"
     if args.get(BACKEND_ARG):
-        return str(args[BACKEND_ARG])
+        return str(args[BACKEND_ARG]), "code"
     netloc = getattr(app_context, "triton_server_netloc", "") if app_context is not None else ""
-    return resolve_backend(None, netloc=netloc or None)
+    return resolve_backend(None, netloc=netloc or None), "command line" if netloc else "code"

@@ -7,8 +7,8 @@ The file the App SDK and ``monai-deploy package`` read::
       version: 0.1.0                      required (or --version): app.json, pkg.json and the version label
       inputFormats: ["file"]              also accepted as input-formats (what holoscan-cli 4.2.0 reads)
       outputFormats: ["file"]             also accepted as output-formats
-      environment:                        the app's environment variables and their defaults: baked into the
-        MONAI_TRITON_BACKEND: torch       image and listed in app.json (4.2.0 drops them)
+      environment:                        the app's environment variables and their defaults: listed in
+        MONAI_TRITON_BACKEND: torch       app.json (4.2.0 drops them), applied by the app at start
       pip-packages: [...]                 optional: more requirements for the image
     resources:                            copied into pkg.json (cpu, gpu, memory, gpuMemory, sharedMemory, *Limit)
       cpu: 2

@@ -154,7 +154,8 @@ def _runtime(spec: ContainerSpec) -> str:
         f"{_quote(name)}={_quote(value)}" for name, value in spec.labels.items()
     )
     return f"""\
-# The app's environment: HOLOSCAN_* and app.yaml's environment:, the same as app.json#environment.
+# The MAP's HOLOSCAN_* variables. app.yaml's environment: defaults (in app.json#environment too) are applied
+# by the app at start from HOLOSCAN_CONFIG_PATH, so that a variable given at run time is told apart from them.
 {env_lines}
 WORKDIR {layout.work_dir}
 USER {USER}

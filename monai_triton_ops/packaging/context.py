@@ -125,7 +125,7 @@ def _fill(
     )
     spec = containerfile.ContainerSpec(
         base_image=base_image,
-        environment=manifests.app_environment(config, timeout_s=request.timeout_s),
+        environment=manifests.image_environment(config, timeout_s=request.timeout_s),
         labels=labels,
         wheel_name=wheel.name,
         server_files=server_files,

@@ -8,7 +8,10 @@ spec, the spec wins:
   ``app.yaml`` does not use and writes ``null``);
 - ``pkg.json#models`` is a list of ``{name, path}`` (4.2.0 writes an object);
 - ``app.json#environment`` carries ``application.environment`` of ``app.yaml`` besides ``HOLOSCAN_*``
-  (4.2.0 drops it), and the image's ``ENV`` holds exactly the same variables.
+  (4.2.0 drops it). The image's ``ENV`` holds only the ``HOLOSCAN_*`` part: the app applies ``app.yaml``'s
+  defaults itself at start (from ``HOLOSCAN_CONFIG_PATH``, where the environment lacks them), so that a
+  variable given to the container is told apart from a default. Baked in as ``ENV``, the default
+  ``MONAI_TRITON_BACKEND`` would be a real variable and hide ``-e TRITON_SERVER_NETLOC=HOST:PORT``.
 
 Where the spec's tables and the packager disagree on a name (``HOLOSCAN_DOCS`` vs ``HOLOSCAN_DOCS_PATH``),
 the packager's name is used, as the App SDK and ``holoscan run`` read it.
@@ -79,6 +82,12 @@ def app_environment(config: AppConfig, layout: MapLayout = LAYOUT, *, timeout_s:
 
         raise ConfigError(f"{config.path}: application.environment sets {clash}, which the MAP layout fixes")
     return {**holoscan, **config.environment}
+
+
+def image_environment(config: AppConfig, layout: MapLayout = LAYOUT, *, timeout_s: int = 0) -> dict[str, str]:
+    """The image's ``ENV``: ``HOLOSCAN_*`` only (``app.yaml``'s defaults are the app's to apply, see above)."""
+    app_environment(config, layout, timeout_s=timeout_s)  # the same checks as the manifest's
+    return holoscan_environment(layout, timeout_s=timeout_s)
 
 
 def app_manifest(

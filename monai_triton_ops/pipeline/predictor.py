@@ -66,6 +66,8 @@ class Predictor:
         batch = int(data.shape[0]) if data.ndim else 0
         size = self._request_size(batch)
         parts = [data[start : start + size] for start in range(0, batch, size)] if batch > size else [data]
+        if len(parts) == 1:  # one request: infer() may run it on this thread, which waits for it anyway
+            return self.backend.infer({name: data}, outputs=(output,), timeout_s=self.timeout_s)[output]
         limit = self.max_in_flight or self.backend.options.max_in_flight
         pending: deque[Future[dict[str, ArrayLike]]] = deque()
         results: list[dict[str, ArrayLike]] = []

@@ -103,6 +103,12 @@ def stub_failure(log_text: str) -> str | None:
     return None
 
 
+def last_line(text: str) -> str:
+    """The last line of ``text`` that is not blank, cut short ("" if none): what a program said last."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return _cut(lines[-1]) if lines else ""
+
+
 def error_lines(text: str, *, limit: int = 5) -> list[str]:
     """The first ``limit`` error lines (``E...`` records and ``error:``), without GPU noise, each cut short."""
     found = []

@@ -16,14 +16,14 @@ from ..repository.servable import load_failure
 from . import health, logs
 from .discovery import TritonInstall
 from .options import ServerOptions
-from .stub import python_models, stub_problem
+from .stub import python_models, repository_stub_problems
 
 
 def check_stub(install: TritonInstall, env: Mapping[str, str], options: ServerOptions) -> None:
-    """Refuse at once a repository whose Python models could never load: their stub cannot start here."""
-    models = python_models(options.model_repository)
-    problem = stub_problem(install, env) if models else None
-    if problem is not None:
+    """Refuse at once a repository whose Python models could never load: a stub they start cannot start here."""
+    problems = repository_stub_problems(options.model_repository, install.stub_path, env)
+    if problems:
+        problem, models = next(iter(problems.items()))
         raise ServerStartError(f"models {models} cannot load: {problem}")
 
 

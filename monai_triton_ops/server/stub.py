@@ -1,121 +1,127 @@
-"""Can the Python backend's stub start here? Asked before a server starts, in milliseconds, without starting it.
+"""Can a Python-backend stub start here, and which models start one? Asked before a model loads, in milliseconds.
 
 The stub (``triton_python_backend_stub``) embeds Python: it links ``libpython3.X.so.1.0``, which Debian's
 ``python3`` package does not ship (it is ``libpython3.X``) and a fresh container often lacks. A stub that
-cannot link exits at once, and Triton 2.51 then waits for it forever: the model load never ends (an app
-hung 590 s until it was killed). So the dynamic loader itself is asked what the stub would load, in the
-environment the server hands it (``LD_TRACE_LOADED_OBJECTS``, the mechanism ``ldd`` uses, without needing
-``ldd``): every ``not found`` is a stub that cannot start.
+cannot start exits at once, and Triton 2.51 then waits for its first message forever: the model load never
+ends (an app hung 590 s until it was killed). So the stub is run once without arguments, as Triton runs it
+before it launches one (it prints its usage and exits 1): anything else is a stub that cannot start, and
+the dynamic loader's own words say why.
 
-:func:`stub_problem` is the one check, shared by ``LocalTritonServer``, the in-process server and an
-app's preflight; the server log scanner (``logs.stub_failure``) is the backstop for what only shows at run
-time.
+This is the one check, for ``LocalTritonServer`` / ``monai-triton serve`` (``readiness.check_stub``), the
+in-process server (``InProcessServer.load``) and an app's checks before its graph runs
+(``preflight.check_model_entry``). What only shows once a stub runs (it dies in ``initialize()``) is read
+from the server's log (``logs.stub_failure``) or seen as a dead child (``backends.stubs``).
 """
 
 from __future__ import annotations
 
 import logging
 import re
-import struct
 import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from .discovery import TritonInstall
+from .discovery import STUB_NAME
+from .logs import last_line, stub_failure
 
 logger = logging.getLogger(__name__)
 
-#: The loader answers in milliseconds; this only bounds a machine that is badly overloaded.
-CHECK_TIMEOUT_S = 10.0
-_PT_INTERP = 3
-_PYTHON_BACKEND = re.compile(r'^\s*backend\s*:\s*"python"', re.MULTILINE)
+#: Running the stub without arguments takes milliseconds; this only bounds a broken file system.
+CHECK_TIMEOUT_S = 30.0
+#: The stub's exit status for "no arguments" (it prints its usage): the one answer of a stub that can start.
+USAGE_STATUS = 1
+_LIBPYTHON = re.compile(r"libpython(\d+\.\d+)")
 
 
-def stub_problem(install: TritonInstall, env: Mapping[str, str]) -> str | None:
-    """One line saying why the install's Python stub cannot start with ``env``, or ``None`` when it can.
+def stub_problem(stub: Path, env: Mapping[str, str]) -> str | None:
+    """One line saying why ``stub`` cannot start with ``env``, or ``None`` when it can.
 
-    ``env`` is the server's environment (``environment.server_environment``), which the stub inherits.
-    An install without a stub for this Python is not a problem here (``assemble_backend_dir`` warns).
+    ``env`` is the environment the server hands its stubs (``LocalTritonServer``'s, or the app's own for the
+    in-process server). The line quotes the loader or the stub, names the stub and, for a missing
+    ``libpython``, says how to get it.
     """
-    stub = install.stub_path
-    if stub is None:
-        return None
-    missing = unresolved_libraries(stub, env)
-    if not missing:
-        return None
-    hint = ""
-    if any(name.startswith("libpython") for name in missing):
-        version = f"{sys.version_info.major}.{sys.version_info.minor}"
-        hint = (
-            f"; install the Python {version} shared library (Debian/Ubuntu: apt-get install libpython{version}), "
-            "use a Python built with --enable-shared, or put the folder holding it on LD_LIBRARY_PATH"
-        )
-    return f"the Python backend stub {str(stub)!r} cannot start: {', '.join(missing)} not found{hint}"
-
-
-def python_models(repository: Path) -> list[str]:
-    """Names of the models in ``repository`` whose ``config.pbtxt`` runs them on the Python backend."""
-    found = []
-    for config in sorted(repository.glob("*/config.pbtxt")):
-        try:
-            if _PYTHON_BACKEND.search(config.read_text(encoding="utf-8", errors="replace")):
-                found.append(config.parent.name)
-        except OSError:  # unreadable: the server reports it with its own words
-            continue
-    return found
-
-
-def unresolved_libraries(executable: Path, env: Mapping[str, str]) -> list[str]:
-    """The shared libraries (and symbol versions) the dynamic loader cannot find for ``executable`` with ``env``.
-
-    Empty for a program that is not dynamically linked: only the loader honours the trace variable, and a
-    static program would simply run.
-    """
-    if not _dynamically_linked(executable):
-        return []
     try:
-        result = subprocess.run(  # our own stub, an argv list, no shell
-            [str(executable)],
-            env={**env, "LD_TRACE_LOADED_OBJECTS": "1"},
+        result = subprocess.run(  # our own stub (or a model's), an argv list, no shell
+            [str(stub)],
+            env=dict(env),
             stdin=subprocess.DEVNULL,
             capture_output=True,
-            text=True,
-            errors="replace",
             timeout=CHECK_TIMEOUT_S,
             check=False,
         )
-    except (OSError, subprocess.SubprocessError) as exc:
-        logger.warning("cannot ask the loader about %s: %s", executable, exc)
-        return []
-    missing = []
-    for line in (result.stdout + "\n" + result.stderr).splitlines():
-        line = line.strip()
-        if line.endswith("=> not found"):  # "libpython3.11.so.1.0 => not found"
-            missing.append(line.split(" =>", 1)[0])
-        elif "version `" in line and "not found" in line:  # "/lib/libc.so.6: version `GLIBC_2.38' not found (...)"
-            missing.append(line.split("(required by", 1)[0].strip().rstrip(":"))
-    logger.debug("loader check of %s: %s", executable, missing or "every library found")
-    return missing
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"the Python backend stub {str(stub)!r} cannot start: {exc}"
+    if result.returncode == USAGE_STATUS:
+        logger.debug("stub check of %s: it starts", stub)
+        return None
+    said = (result.stderr + result.stdout).decode(errors="replace")
+    status = f"exit status {result.returncode}" if result.returncode >= 0 else f"signal {-result.returncode}"
+    cause = stub_failure(said) or f"the Python backend stub cannot start: {last_line(said) or 'it printed nothing'}"
+    return f"{cause} ({str(stub)!r}, {status}){_hint(said)}"
 
 
-def _dynamically_linked(path: Path) -> bool:
-    """Whether ``path`` is a 64-bit little-endian ELF file with an interpreter (``PT_INTERP``)."""
-    try:
-        with open(path, "rb") as f:
-            header = f.read(64)
-            if len(header) < 64 or header[:4] != b"\x7fELF" or header[4] != 2 or header[5] != 1:
-                return False
-            phoff, phentsize, phnum = (
-                struct.unpack_from("<Q", header, 0x20)[0],
-                *struct.unpack_from("<HH", header, 0x36),
-            )
-            f.seek(phoff)
-            table = f.read(phentsize * phnum)
-    except OSError:
-        return False
-    return any(
-        struct.unpack_from("<I", table, i * phentsize)[0] == _PT_INTERP
-        for i in range(phnum)
-        if (i + 1) * phentsize <= len(table)
+def _hint(said: str) -> str:
+    """How to get a missing ``libpython``, when the loader names one."""
+    if "libpython" not in said:
+        return ""
+    found = _LIBPYTHON.search(said)
+    version = found.group(1) if found else f"{sys.version_info.major}.{sys.version_info.minor}"
+    return (
+        f"; install the Python {version} shared library (Debian/Ubuntu: apt-get install libpython{version}), "
+        "use a Python built with --enable-shared, or put the folder holding it on LD_LIBRARY_PATH"
     )
+
+
+def model_stub(folder: Path, default: Path | None) -> Path | None:
+    """The stub loading the model in ``folder`` starts: its own (a ``triton_python_backend_stub`` beside its
+    ``config.pbtxt``, as Triton prefers), else ``default`` (the install's); ``None`` for a model that starts
+    none (not a Python-backend model)."""
+    if not is_python_model(folder):
+        return None
+    own = folder / STUB_NAME
+    return own if own.exists() else default
+
+
+def is_python_model(folder: Path) -> bool:
+    """Whether the model in ``folder`` runs on the Python backend (its stub starts when it loads).
+
+    By its ``config.pbtxt`` (parsed, so comments and spacing do not matter): ``backend: "python"``; with
+    neither a backend nor a platform, Triton picks the backend from the model file, so a ``model.py`` in a
+    version folder. A config that does not parse: a ``model.py`` decides (Triton reports the config itself).
+    """
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2  # not repository.config: that one imports torch
+
+    has_runner = any(folder.glob("*/model.py"))
+    try:
+        text = (folder / "config.pbtxt").read_text(encoding="utf-8")
+        config = text_format.Parse(text, model_config_pb2.ModelConfig())
+    except (OSError, UnicodeDecodeError, text_format.ParseError):
+        return has_runner
+    if config.backend or config.platform:
+        return bool(config.backend == "python")
+    return has_runner
+
+
+def python_models(repository: Path) -> list[str]:
+    """Names of the models in ``repository`` that run on the Python backend, sorted."""
+    if not repository.is_dir():
+        return []
+    return [p.name for p in sorted(repository.iterdir()) if p.is_dir() and is_python_model(p)]
+
+
+def repository_stub_problems(repository: Path, default: Path | None, env: Mapping[str, str]) -> dict[str, list[str]]:
+    """Each problem of a stub the repository's models would start -> those models (each stub run once)."""
+    checked: dict[Path, str | None] = {}
+    problems: dict[str, list[str]] = {}
+    for name in python_models(repository):
+        stub = model_stub(repository / name, default)
+        if stub is None:
+            continue
+        if stub not in checked:
+            checked[stub] = stub_problem(stub, env)
+        problem = checked[stub]
+        if problem:
+            problems.setdefault(problem, []).append(name)
+    return problems

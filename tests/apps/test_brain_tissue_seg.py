@@ -1,7 +1,9 @@
 """The sample app as users run it: a real App SDK application in its own process, on the real MRI.
 
 Sample data is written once per session from the atlas nilearn ships (``conftest.sample_data``); each app
-run is ``monai-triton exec`` in a subprocess, as in the README.
+run is ``monai-triton exec`` in a subprocess, as in the README. The runs on a remote Triton use the session's
+tritonserver over the committed repository (``committed_server``): what they check is the app's side of the
+connection, and each looks only at what its own app process left on the server.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import nibabel as nib
 import numpy as np
@@ -24,6 +27,9 @@ DICE_TARGET = 0.85
 pytestmark = pytest.mark.slow
 sys.path.insert(0, str(APP))
 from atlas import dice  # noqa: E402
+
+if TYPE_CHECKING:
+    from monai_triton_ops.server import LocalTritonServer
 
 
 def run_app(source: Path, out: Path, *extra: str, models: Path = REPO, env: dict[str, str] | None = None):
@@ -122,16 +128,14 @@ def test_a_corrupt_model_fails_the_run_and_writes_nothing(sample_data: Path, tmp
 @pytest.mark.triton
 @pytest.mark.parametrize("how", ["minus_t", "grpc"])
 def test_on_a_local_triton_the_app_writes_the_same_labels(
-    how: str, nifti_run: Path, sample_data: Path, tmp_path: Path
+    how: str, committed_server: LocalTritonServer, nifti_run: Path, sample_data: Path, tmp_path: Path
 ) -> None:
     """An App SDK app started with the App SDK's own ``-t HOST:PORT`` (HTTP) runs on the remote backend unchanged."""
-    from monai_triton_ops.server import LocalTritonServer
-
-    with LocalTritonServer(REPO, startup_timeout_s=180.0) as server:
-        remote = ["-t", server.http_address] if how == "minus_t" else ["--backend", server.grpc_url]
-        command = [sys.executable, str(APP), "-i", str(sample_data / "t1.nii.gz"), "-o", str(tmp_path)]
-        command += ["-m", str(REPO), "-l", "WARN", *remote]
-        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
+    server = committed_server
+    remote = ["-t", server.http_address] if how == "minus_t" else ["--backend", server.grpc_url]
+    command = [sys.executable, str(APP), "-i", str(sample_data / "t1.nii.gz"), "-o", str(tmp_path)]
+    command += ["-m", str(REPO), "-l", "WARN", *remote]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     remote_labels = nib.load(tmp_path / "seg.nii.gz")
     local_labels = nib.load(nifti_run / "seg.nii.gz")
@@ -165,7 +169,9 @@ def test_on_the_in_process_triton_the_app_writes_the_same_labels(
 
 
 @pytest.mark.triton
-def test_sigterm_mid_run_on_a_local_triton_leaves_no_shared_memory(sample_data: Path, tmp_path: Path) -> None:
+def test_sigterm_mid_run_on_a_local_triton_leaves_no_shared_memory(
+    committed_server: LocalTritonServer, sample_data: Path, tmp_path: Path
+) -> None:
     """SIGTERM mid-run: the app closes its backend (regions unregistered and unlinked) and exits 143; the janitor
     process would clean up after a harder end (SIGKILL)."""
     import signal
@@ -173,29 +179,27 @@ def test_sigterm_mid_run_on_a_local_triton_leaves_no_shared_memory(sample_data: 
 
     import tritonclient.grpc as grpcclient
 
-    from monai_triton_ops.server import LocalTritonServer
-
-    with LocalTritonServer(REPO, startup_timeout_s=180.0) as server:
-        command = [sys.executable, str(APP), "-i", str(sample_data / "t1.nii.gz"), "-o", str(tmp_path)]
-        command += ["-m", str(REPO), "-l", "WARN", "--backend", server.grpc_url]
-        app = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            deadline = time.monotonic() + 300
-            while not list(Path("/dev/shm").glob(f"mto_{app.pid}_*")) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert list(Path("/dev/shm").glob(f"mto_{app.pid}_*")), "the app never used shared memory"
-            app.send_signal(signal.SIGTERM)
-            assert app.wait(timeout=120) == 143  # interrupts.py: one line, backends closed, exit 143
-        finally:
-            app.kill()
-            app.wait(timeout=30)
-        deadline = time.monotonic() + 60
-        while list(Path("/dev/shm").glob(f"mto_{app.pid}_*")) and time.monotonic() < deadline:
+    server = committed_server
+    command = [sys.executable, str(APP), "-i", str(sample_data / "t1.nii.gz"), "-o", str(tmp_path)]
+    command += ["-m", str(REPO), "-l", "WARN", "--backend", server.grpc_url]
+    app = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while not list(Path("/dev/shm").glob(f"mto_{app.pid}_*")) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not list(Path("/dev/shm").glob(f"mto_{app.pid}_*"))
-        client = grpcclient.InferenceServerClient(server.grpc_address)
-        try:
-            regions = client.get_system_shared_memory_status(as_json=True, client_timeout=10).get("regions", {})
-        finally:
-            client.close()
-        assert not [name for name in regions if name.startswith(f"mto_{app.pid}_")]
+        assert list(Path("/dev/shm").glob(f"mto_{app.pid}_*")), "the app never used shared memory"
+        app.send_signal(signal.SIGTERM)
+        assert app.wait(timeout=120) == 143  # interrupts.py: one line, backends closed, exit 143
+    finally:
+        app.kill()
+        app.wait(timeout=30)
+    deadline = time.monotonic() + 60
+    while list(Path("/dev/shm").glob(f"mto_{app.pid}_*")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not list(Path("/dev/shm").glob(f"mto_{app.pid}_*"))
+    client = grpcclient.InferenceServerClient(server.grpc_address)
+    try:
+        regions = client.get_system_shared_memory_status(as_json=True, client_timeout=10).get("regions", {})
+    finally:
+        client.close()
+    assert not [name for name in regions if name.startswith(f"mto_{app.pid}_")]

@@ -62,8 +62,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Loc
     base = tmp_path_factory.mktemp("remote_infer")
     fixture.write_ct_series(base / "ct")
     model = fixture.save_spleen_standin(base / "spleen.pt")
-    client_config = UPSTREAM / "models_client_side" / fixture.MODEL_NAME / "config.pbtxt"
-    repo = fixture.server_repository(client_config, model, base / "server_repository")
+    client_folder = UPSTREAM / "models_client_side" / fixture.MODEL_NAME
+    repo = fixture.server_repository(client_folder, model, base / "server_repository")
     with LocalTritonServer(repo) as server:
         yield base, server
 

@@ -226,20 +226,33 @@ class Span:
 
 
 def _record(backend: BaseBackend) -> list[Span]:
-    """Record each request the base hands to the backend, from dispatch to completion."""
+    """Record each request the base hands to the backend, from dispatch to completion (``_submit``, or
+    ``_infer_here`` for an ``infer()`` run on the caller's thread)."""
     spans: list[Span] = []
-    submit = backend._submit
+    submit, here = backend._submit, backend._infer_here
     lock = threading.Lock()
 
-    def recording(request: InferRequest) -> Any:
+    def started(request: InferRequest) -> Span:
         span = Span(request, time.monotonic())
         with lock:
             spans.append(span)
+        return span
+
+    def recording(request: InferRequest) -> Any:
+        span = started(request)
         future = submit(request)
         future.add_done_callback(lambda _: setattr(span, "end", time.monotonic()))
         return future
 
+    def recording_here(request: InferRequest) -> Any:
+        span = started(request)
+        try:
+            return here(request)
+        finally:
+            span.end = time.monotonic()
+
     backend._submit = recording  # type: ignore[method-assign]
+    backend._infer_here = recording_here  # type: ignore[method-assign]
     return spans
 
 

@@ -25,18 +25,23 @@ from typing import Any
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+#: A model load that takes longer is stuck (a numpy stub loads in a second, a torch one in ~10 s on a busy machine).
+LOAD_TIMEOUT_S = 300.0
 
 
 def light_import() -> None:
-    """Make ``import monai_triton_ops.bindings`` skip the package's ``__init__`` (torch, MONAI: ~5 s).
+    """Make ``import monai_triton_ops.bindings`` (and ``.backends.inprocess_server``) skip the packages'
+    ``__init__`` (torch, MONAI: ~5 s).
 
-    Only for subprocess cases: they test the binding, and each would otherwise spend most of its time importing.
+    Only for subprocess cases: they test the binding or the in-process server's owner, and each would
+    otherwise spend most of its time importing.
     """
-    if "monai_triton_ops" in sys.modules:
-        return
-    package = types.ModuleType("monai_triton_ops")
-    package.__path__ = [str(REPO_ROOT / "monai_triton_ops")]
-    sys.modules["monai_triton_ops"] = package
+    for name in ("monai_triton_ops", "monai_triton_ops.backends"):
+        if name in sys.modules:
+            return
+        package = types.ModuleType(name)
+        package.__path__ = [str(REPO_ROOT / name.replace(".", "/"))]
+        sys.modules[name] = package
 
 
 @dataclass
@@ -89,8 +94,14 @@ def start_server(
     server = b.TRITONSERVER_Server(options)
     options.delete()
     started = Started(server=server, workdir=workdir, log_path=log_path, shm_prefix=prefix, saved_environ=saved)
-    for model in models:
-        server.load_model(model)
+    # at once: each Python-backend stub spends most of its start importing, and Triton loads in parallel
+    loading = concurrent.futures.ThreadPoolExecutor(max(1, len(models)))
+    try:
+        for future in [loading.submit(server.load_model, model) for model in models]:
+            # bounded: a load stuck in C must fail the test, not hang the run (joining its thread would)
+            future.result(timeout=LOAD_TIMEOUT_S)
+    finally:
+        loading.shutdown(wait=False, cancel_futures=True)
     return started
 
 
@@ -99,9 +110,12 @@ def stop_server(started: Started, *, check: bool = True) -> None:
     from monai_triton_ops.bindings import State
 
     try:
-        started.server.wait_deleted(30)  # a deletion postponed until requests landed
-        if started.server.owner_state is State.OWNED:
-            started.server.delete()
+        server = started.server
+        # the binding refuses to delete a server with requests in flight: let a test's last ones land
+        assert wait_until(lambda: server.owner_state is not State.OWNED or not server.in_flight, timeout_s=30)
+        if server.owner_state is State.OWNED and not server.stop_failed:
+            server.set_exit_timeout(60)  # nothing in flight: only model unloading is left, slow on a busy machine
+            server.delete()
         if check:
             # a stub whose server was deleted past its exit timeout notices within a second and exits
             gone = wait_until(lambda: not stub_pids(started.shm_prefix), timeout_s=10)
@@ -161,6 +175,37 @@ def shm_regions(prefix: str) -> list[str]:
 def thread_count() -> int:
     """OS threads of this process (Triton's threads are not Python threads)."""
     return len(os.listdir("/proc/self/task"))
+
+
+def malloc_checked_environ(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default ``os.environ``) with glibc's heap checks on: ``MALLOC_CHECK_=3`` (abort on a double
+    free, an overrun or a corrupted heap), and from glibc 2.34 on the library that implements it preloaded:
+    the variable alone does nothing there. ``test_ownership.py``'s canary proves a run has them."""
+    env = dict(os.environ if base is None else base)
+    env["MALLOC_CHECK_"] = "3"
+    library = malloc_debug_library()
+    if library is not None:
+        env["LD_PRELOAD"] = " ".join(filter(None, [library, env.get("LD_PRELOAD", "")]))
+    return env
+
+
+def malloc_debug_library() -> str | None:
+    """``libc_malloc_debug.so.0`` next to this process's libc (``None`` before glibc 2.34, which needs none)."""
+    version = (os.confstr("CS_GNU_LIBC_VERSION") or "glibc 0.0").split()[-1]
+    if tuple(int(part) for part in version.split(".")[:2]) < (2, 34):
+        return None
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        path = line.split()[-1]
+        if Path(path).name.startswith("libc.so"):
+            candidate = Path(path).parent / "libc_malloc_debug.so.0"
+            if candidate.exists():
+                return str(candidate)
+    import ctypes.util
+
+    found = ctypes.util.find_library("c_malloc_debug")  # a soname the dynamic loader finds itself
+    if found is None:
+        raise RuntimeError(f"glibc {version} checks the heap only with libc_malloc_debug.so.0, which is not here")
+    return found
 
 
 def rss_bytes() -> int:

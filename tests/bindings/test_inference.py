@@ -6,8 +6,10 @@ import concurrent.futures
 import contextlib
 import ctypes
 import gc
+import json
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,8 +40,46 @@ def started(make_server: Callable[..., Started], tmp_path_factory: pytest.TempPa
     config = repo / "labeled" / "config.pbtxt"
     config.write_text(config.read_text().replace('name: "OUTPUT__0"', 'name: "OUTPUT__0" label_filename: "labels.txt"'))
     (repo / "labeled" / "labels.txt").write_text("background\nforeground\n")
-    models = ("passthrough", "mixed", "empty_output", "dynamic_output", "raising", "guard_numpy", "labeled", "slow")
+    parameters_echo(repo)
+    models = (
+        "passthrough",
+        "mixed",
+        "empty_output",
+        "dynamic_output",
+        "raising",
+        "guard_numpy",
+        "labeled",
+        "slow",
+        "parameters_echo",
+    )
     return make_server(repo, models=models)
+
+
+_PARAMETERS_ECHO = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):  # PARAMETERS: the request's parameters as Triton hands them over (JSON bytes)
+        responses = []
+        for request in requests:
+            text = np.frombuffer(request.parameters().encode(), dtype=np.uint8).copy()
+            output = pb_utils.Tensor.from_dlpack("PARAMETERS", text)
+            responses.append(pb_utils.InferenceResponse(output_tensors=[output]))
+        return responses
+"""
+
+
+def parameters_echo(repo: Path) -> None:
+    """A model (numpy through DLPack only) that returns its request's parameters."""
+    (repo / "parameters_echo" / "1").mkdir(parents=True)
+    (repo / "parameters_echo" / "config.pbtxt").write_text(
+        'name: "parameters_echo"\nbackend: "python"\nmax_batch_size: 0\n'
+        'input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+        'output [ { name: "PARAMETERS" data_type: TYPE_UINT8 dims: [ -1 ] } ]\n'
+    )
+    (repo / "parameters_echo" / "1" / "model.py").write_text(_PARAMETERS_ECHO)
 
 
 @pytest.fixture
@@ -47,6 +87,13 @@ def server(started: Started) -> Any:
     return started.server
 
 
+@pytest.mark.checks(
+    "TRITONSERVER_InferenceRequestAddInput",
+    "TRITONSERVER_InferenceRequestAppendInputData",
+    "TRITONSERVER_InferenceResponseOutputCount",
+    "TRITONSERVER_InferenceResponseOutput",
+    "TRITONSERVER_ResponseAllocatorNew",
+)
 def test_mixed_dtypes_round_trip_exactly(server: Any) -> None:
     rng = np.random.default_rng(0)
     arrays = {
@@ -61,6 +108,7 @@ def test_mixed_dtypes_round_trip_exactly(server: Any) -> None:
         np.testing.assert_array_equal(out[f"OUTPUT__{i}"], array)
 
 
+@pytest.mark.checks("TRITONSERVER_InferenceRequestAddRequestedOutput")
 def test_requested_outputs_only(server: Any) -> None:
     arrays = {f"INPUT__{i}": np.ones((1, 1), dtype) for i, dtype in enumerate((np.float32, np.int64, np.uint8, bool))}
     assert set(infer(server, "mixed", arrays, ["OUTPUT__2"])) == {"OUTPUT__2"}
@@ -153,6 +201,7 @@ def test_output_size_known_only_after_inference(server: Any) -> None:
         np.testing.assert_array_equal(out["OUTPUT__0"], np.arange(size, dtype=np.float32))
 
 
+@pytest.mark.checks("TRITONSERVER_InferenceResponseError")
 def test_a_model_error_raises_when_the_response_is_read(server: Any) -> None:
     with pytest.raises(b.TritonError, match="deliberate model error"):
         infer(server, "raising", {"INPUT__0": np.zeros(2, np.float32)})
@@ -164,6 +213,7 @@ def test_a_short_output_is_refused_not_returned_empty(server: Any) -> None:
         infer(server, "guard_numpy", {"INPUT__0": np.ones(3, np.float32)})
 
 
+@pytest.mark.checks("TRITONSERVER_InferenceResponseOutputClassificationLabel")
 def test_classification_label_from_the_label_file(server: Any) -> None:
     labels: list[str] = []
 
@@ -177,6 +227,12 @@ def test_classification_label_from_the_label_file(server: Any) -> None:
     assert labels == ["background", "foreground"]
 
 
+@pytest.mark.checks(
+    "TRITONSERVER_InferenceResponseId",
+    "TRITONSERVER_InferenceResponseModel",
+    "TRITONSERVER_InferenceResponseParameterCount",
+    "TRITONSERVER_InferenceResponseParameter",
+)
 def test_response_getters(server: Any) -> None:
     seen: dict[str, Any] = {}
 
@@ -243,6 +299,22 @@ def test_outputs_outlive_response_and_allocator(server: Any) -> None:
     np.testing.assert_array_equal(outcome.outputs["OUTPUT__0"], saved)
 
 
+@pytest.mark.checks(
+    "TRITONSERVER_InferenceRequestSetId",
+    "TRITONSERVER_InferenceRequestId",
+    "TRITONSERVER_InferenceRequestSetFlags",
+    "TRITONSERVER_InferenceRequestFlags",
+    "TRITONSERVER_InferenceRequestSetCorrelationId",
+    "TRITONSERVER_InferenceRequestCorrelationId",
+    "TRITONSERVER_InferenceRequestSetCorrelationIdString",
+    "TRITONSERVER_InferenceRequestCorrelationIdString",
+    "TRITONSERVER_InferenceRequestSetPriority",
+    "TRITONSERVER_InferenceRequestPriority",
+    "TRITONSERVER_InferenceRequestSetPriorityUInt64",
+    "TRITONSERVER_InferenceRequestPriorityUInt64",
+    "TRITONSERVER_InferenceRequestSetTimeoutMicroseconds",
+    "TRITONSERVER_InferenceRequestTimeoutMicroseconds",
+)
 def test_request_setters_round_trip(server: Any) -> None:
     request = b.TRITONSERVER_InferenceRequest(server, "passthrough", 1)
     request.id = "abc"
@@ -262,13 +334,45 @@ def test_request_setters_round_trip(server: Any) -> None:
     with pytest.raises(b.InternalError, match="before calling TRITONSERVER_InferAsync"):
         _ = request.is_cancelled
     request.cancel()  # not in flight: nothing to cancel (Triton resets the flag at submission)
+    request.delete()
+
+
+@pytest.mark.checks(
+    "TRITONSERVER_InferenceRequestSetStringParameter",
+    "TRITONSERVER_InferenceRequestSetIntParameter",
+    "TRITONSERVER_InferenceRequestSetBoolParameter",
+    "TRITONSERVER_InferenceRequestSetDoubleParameter",
+)
+def test_request_parameters_reach_the_model(server: Any) -> None:
+    request = make_request(server, "parameters_echo", {"INPUT__0": np.ones(1, np.float32)})
     request.set_string_parameter("s", "v")
     request.set_int_parameter("i", 2**40)
     request.set_bool_parameter("b", True)
     request.set_double_parameter("d", 0.25)
-    request.delete()
+    outcome = Outcome()
+    request.set_response_callback(b.ArrayAllocator(), None, _read_all, outcome)
+    server.infer_async(request).result(30)
+    assert json.loads(outcome.outputs["PARAMETERS"].tobytes()) == {"s": "v", "i": 2**40, "b": True, "d": 0.25}
 
 
+@pytest.mark.parametrize(("function", "times"), [("InferenceRequestDelete", 10_000), ("InferenceTraceDelete", 50_000)])
+def test_deleting_requests_and_traces_frees_them(
+    server: Any, request: pytest.FixtureRequest, function: str, times: int
+) -> None:
+    """Without the deletes these loops would hold well over 4 MiB of Triton's objects (measured: 12 and 7 MiB)."""
+    from .test_library import _grows
+
+    make: dict[str, Callable[[], None]] = {
+        "InferenceRequestDelete": lambda: b.TRITONSERVER_InferenceRequest(server, "passthrough").delete(),
+        "InferenceTraceDelete": lambda: b.TRITONSERVER_InferenceTrace(
+            b.TRITONSERVER_InferenceTraceLevel.TIMESTAMPS, 0, lambda *_: None, None
+        ).delete(),
+    }
+    request.node.add_marker(pytest.mark.checks(f"TRITONSERVER_{function}"))
+    assert _grows(make[function], times) < 4 << 20
+
+
+@pytest.mark.checks("TRITONSERVER_InferenceRequestCancel", "TRITONSERVER_InferenceRequestIsCancelled")
 def test_cancel_while_in_flight(server: Any) -> None:
     request = make_request(server, "slow", {"INPUT__0": np.ones(1, np.float32)})
     outcome = Outcome()
@@ -281,6 +385,16 @@ def test_cancel_while_in_flight(server: Any) -> None:
     assert request.owner_state is b.State.OWNED
 
 
+@pytest.mark.checks(
+    "TRITONSERVER_InferenceRequestRemoveInput",
+    "TRITONSERVER_InferenceRequestAppendInputDataWithHostPolicy",
+    "TRITONSERVER_InferenceRequestRemoveAllInputData",
+    "TRITONSERVER_InferenceRequestAppendInputDataWithBufferAttributes",
+    "TRITONSERVER_InferenceRequestRemoveRequestedOutput",
+    "TRITONSERVER_InferenceRequestRemoveAllRequestedOutputs",
+    "TRITONSERVER_InferenceRequestRemoveAllInputs",
+    "TRITONSERVER_InferenceRequestAddRawInput",
+)
 def test_inputs_and_outputs_can_be_removed_and_replaced(server: Any) -> None:
     request = b.TRITONSERVER_InferenceRequest(server, "passthrough")
     request.add_input("STALE", b.TRITONSERVER_DataType.FP32, (1,))
@@ -371,6 +485,7 @@ def test_a_response_callback_exception_reaches_the_caller(server: Any, capfd: py
     np.testing.assert_array_equal(infer(server, "passthrough", {"INPUT__0": np.ones(1, np.float32)})["OUTPUT__0"], [1])
 
 
+@pytest.mark.checks("TRITONSERVER_InferenceRequestSetReleaseCallback")
 def test_release_callback_and_its_exception(server: Any) -> None:
     released: list[tuple[Any, int, Any]] = []
 
@@ -386,6 +501,53 @@ def test_release_callback_and_its_exception(server: Any) -> None:
     assert released == [(b.State.OWNED, int(b.TRITONSERVER_RequestReleaseFlag.ALL), "mine")]
 
 
+@pytest.mark.checks("TRITONSERVER_InferenceResponseDelete")
+def test_a_release_fn_exception_reaches_its_own_inference_never_another(
+    server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A buffer's ``release_fn`` runs when its response is deleted: what it raises belongs to that response
+    (its ``delete()``, or the future of its inference), never to another response deleted later."""
+
+    def alloc(allocator: Any, name: str, size: int, kind: Any, device: int, tag: Any) -> tuple[int, Any, Any, int]:
+        array = np.empty(max(size, 1), np.uint8)
+        return int(array.ctypes.data), (tag, array), b.TRITONSERVER_MemoryType.CPU, 0
+
+    def release(allocator: Any, address: int, buffer_user: Any, size: int, kind: Any, device: int) -> None:
+        if buffer_user[0] == "failing":
+            raise Boom(f"release_fn of a {buffer_user[0]} buffer")
+
+    allocator = b.TRITONSERVER_ResponseAllocator(alloc, release)
+
+    def run(tag: str, keep: bool) -> tuple[concurrent.futures.Future[None], list[Any]]:
+        kept: list[Any] = []
+        request = make_request(server, "passthrough", {"INPUT__0": np.ones(2, np.float32)})
+        on_response = (lambda r, f, k: k.append(r) if r else None) if keep else (lambda *_: None)
+        request.set_response_callback(allocator, tag, on_response, kept)
+        return server.infer_async(request), kept
+
+    # a response kept past its inference, then dropped here: nothing left to raise it to, so it is logged
+    future, kept = run("failing", keep=True)
+    future.result(30)
+    with caplog.at_level("ERROR", logger="monai_triton_ops.bindings.allocator"):
+        kept.clear()
+    assert "release_fn of a failing buffer" in caplog.text
+    # an unrelated response deleted afterwards on the same thread raises nothing
+    future, kept = run("fine", keep=True)
+    future.result(30)
+    kept.pop().delete()
+    # a response dropped by its callback: the exception fails that inference's future
+    future, _ = run("failing", keep=False)
+    with pytest.raises(Boom, match="release_fn of a failing buffer"):
+        future.result(30)
+    # a response deleted explicitly: its delete() raises it
+    future, kept = run("failing", keep=True)
+    future.result(30)
+    with pytest.raises(Boom, match="release_fn of a failing buffer"):
+        kept.pop().delete()
+    assert allocator.buffers_in_use == 0
+
+
+@pytest.mark.checks("TRITONSERVER_ResponseAllocatorSetBufferAttributesFunction")
 def test_buffer_attributes_callback_follows_each_allocation(server: Any) -> None:
     calls: list[tuple[str, Any, Any]] = []
 
@@ -436,6 +598,8 @@ def test_callbacks_in_either_order(server: Any, order: str) -> None:
 # -- allocator trampolines driven directly ---------------------------------------------------------------
 class _Context:
     """The Python side of an in-flight request, as an allocator callback finds it through its handle."""
+
+    _flight = None  # not a real inference: nothing to deliver a release_fn exception to
 
     def __init__(self, allocator: Any) -> None:
         self.allocator, self.failures = allocator, []

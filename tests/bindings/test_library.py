@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,7 @@ def test_api_version_check() -> None:
             b.check_api_version(major, minor)
 
 
+@pytest.mark.checks("TRITONSERVER_ApiVersion")
 def test_the_wheel_library_is_api_1_34(triton_library: Any) -> None:
     major, minor = ctypes.c_uint32(), ctypes.c_uint32()
     _library.lib().TRITONSERVER_ApiVersion(ctypes.byref(major), ctypes.byref(minor))
@@ -107,6 +109,16 @@ def test_every_c_function_the_sources_name_is_declared() -> None:
 
 
 # -- enums and their strings ----------------------------------------------------------------------
+@pytest.mark.checks(
+    "TRITONSERVER_DataTypeString",
+    "TRITONSERVER_StringToDataType",
+    "TRITONSERVER_DataTypeByteSize",
+    "TRITONSERVER_MemoryTypeString",
+    "TRITONSERVER_ParameterTypeString",
+    "TRITONSERVER_InstanceGroupKindString",
+    "TRITONSERVER_InferenceTraceLevelString",
+    "TRITONSERVER_InferenceTraceActivityString",
+)
 def test_enum_strings_come_from_the_library(triton_library: Any) -> None:
     assert b.TRITONSERVER_DataTypeString(b.TRITONSERVER_DataType.FP32) == "FP32"
     assert b.TRITONSERVER_StringToDataType("INT64") is b.TRITONSERVER_DataType.INT64
@@ -132,13 +144,11 @@ def test_numpy_dtypes_map_both_ways() -> None:
         b.triton_dtype(np.complex64)
 
 
-def test_log_functions(triton_library: Any) -> None:
-    assert isinstance(b.TRITONSERVER_LogIsEnabled(b.TRITONSERVER_LogLevel.ERROR), bool)
-    b.TRITONSERVER_LogMessage(b.TRITONSERVER_LogLevel.VERBOSE, "test_library.py", 1, "verbose is off: not shown")
-
-
 # -- errors: the class follows the code ------------------------------------------------------------
 @pytest.mark.parametrize("code", list(b.TRITONSERVER_Error_Code))
+@pytest.mark.checks(
+    "TRITONSERVER_ErrorNew", "TRITONSERVER_ErrorCode", "TRITONSERVER_ErrorMessage", "TRITONSERVER_ErrorCodeString"
+)
 def test_error_class_follows_the_code(triton_library: Any, code: b.TRITONSERVER_Error_Code) -> None:
     from monai_triton_ops.bindings.error import ERROR_CLASSES, read_error
 
@@ -187,6 +197,7 @@ def test_parameters(triton_library: Any, value: Any, kind: b.TRITONSERVER_Parame
         b.TRITONSERVER_Parameter("key", [1])  # type: ignore[arg-type]
 
 
+@pytest.mark.checks("TRITONSERVER_MessageNewFromSerializedJson", "TRITONSERVER_MessageSerializeToJson")
 def test_message_round_trip(triton_library: Any) -> None:
     message = b.TRITONSERVER_Message.from_serialized_json('{"a": [1, 2], "b": "é"}')
     assert message.json() == {"a": [1, 2], "b": "é"}
@@ -195,6 +206,17 @@ def test_message_round_trip(triton_library: Any) -> None:
         message.serialize_to_json()
 
 
+@pytest.mark.checks(
+    "TRITONSERVER_BufferAttributesNew",
+    "TRITONSERVER_BufferAttributesSetMemoryType",
+    "TRITONSERVER_BufferAttributesMemoryType",
+    "TRITONSERVER_BufferAttributesSetMemoryTypeId",
+    "TRITONSERVER_BufferAttributesMemoryTypeId",
+    "TRITONSERVER_BufferAttributesSetByteSize",
+    "TRITONSERVER_BufferAttributesByteSize",
+    "TRITONSERVER_BufferAttributesSetCudaIpcHandle",
+    "TRITONSERVER_BufferAttributesCudaIpcHandle",
+)
 def test_buffer_attributes(triton_library: Any) -> None:
     attributes = b.TRITONSERVER_BufferAttributes()
     attributes.memory_type = b.TRITONSERVER_MemoryType.GPU
@@ -216,3 +238,48 @@ def test_options_setters_chain(triton_library: Any, tmp_path: Path) -> None:
     options.delete()
     with pytest.raises(b.OwnershipError):
         options.set_server_id("y")
+
+
+# -- deleting frees what Triton allocated --------------------------------------------------------------
+def _grows(make_and_drop: Callable[[], None], times: int) -> int:
+    """RSS growth over ``times`` calls (after a warm-up that fills the allocator's caches)."""
+    import gc
+
+    from .harness import rss_bytes
+
+    for _ in range(times // 10):
+        make_and_drop()
+    gc.collect()
+    before = rss_bytes()
+    for _ in range(times):
+        make_and_drop()
+    gc.collect()
+    return rss_bytes() - before
+
+
+_BIG = "x" * (64 << 10)
+
+
+@pytest.mark.parametrize(
+    ("function", "make", "times"),
+    [
+        ("ErrorDelete", lambda: _error_round_trip(), 2_000),
+        ("MessageDelete", lambda: b.TRITONSERVER_Message.from_serialized_json(f'{{"a": "{_BIG}"}}').delete(), 2_000),
+        ("ParameterDelete", lambda: b.TRITONSERVER_Parameter("p", _BIG).delete(), 2_000),  # a string is copied
+        ("ServerOptionsDelete", lambda: b.TRITONSERVER_ServerOptions().delete(), 20_000),
+        ("BufferAttributesDelete", lambda: b.TRITONSERVER_BufferAttributes().delete(), 100_000),
+    ],
+    ids=["error", "message", "parameter", "options", "buffer_attributes"],
+)
+def test_deleting_frees_what_triton_allocated(
+    triton_library: Any, request: pytest.FixtureRequest, function: str, make: Callable[[], None], times: int
+) -> None:
+    """Without the deletes these loops would hold well over 4 MiB (64 KiB objects, or many small ones)."""
+    request.node.add_marker(pytest.mark.checks(f"TRITONSERVER_{function}"))
+    assert _grows(make, times) < 4 << 20
+
+
+def _error_round_trip() -> None:
+    from monai_triton_ops.bindings.error import new_error, read_error
+
+    read_error(new_error(RuntimeError(_BIG)), owned=True)

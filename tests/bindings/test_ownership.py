@@ -1,46 +1,53 @@
-"""Ownership as the C API defines it, enforced: each case runs in its own interpreter, so a crash fails the case.
+"""Ownership as the C API defines it, enforced, under glibc's heap checks.
 
-The cases run under ``MALLOC_CHECK_=3`` (glibc aborts on a double free or a corrupted heap) and end with the
-harness's checks: server deleted, no stub process and no shared memory of its prefix left.
+The cases share one fresh interpreter (the process boundary is the point twice: glibc's checks must be
+preloaded at start, and a crash must fail the cases, not the suite) and two servers. They run in order;
+each test reads its case's outcome, so a case that crashes the interpreter fails itself and marks the
+ones after it as not run. ``test_the_heap_checks_are_on`` is the canary: a one-byte overrun in a child
+started with the very same environment must abort, else the checks these cases claim are not running.
 """
 
 from __future__ import annotations
 
-import os
+import json
+import subprocess
+import sys
 import textwrap
 
 import pytest
 
-from .conftest import run_case
+from .conftest import CaseOutcomes, run_cases
+from .harness import malloc_checked_environ
 
 pytestmark = pytest.mark.triton
-MALLOC_CHECKED = {**os.environ, "MALLOC_CHECK_": "3"}
 
 PRELUDE = """
-import gc
+import gc, json, os, sys, traceback
 import numpy as np
 from monai_triton_ops import bindings as b
 from tests import triton_models
-from tests.bindings.harness import case_server, make_request, submit, Outcome
+from tests.bindings.harness import case_server, make_request, submit, Outcome, stub_pids, shm_regions
 
-def slow(repo):
+def models(repo):
     triton_models.passthrough(repo, "slow", delay_s=0.3)
     triton_models.passthrough(repo, "fast")
+    triton_models.slow(repo, "queued", delay_s=1.0, max_queue_size=1)
 
 def read(response, flags, outcome):
     if response is not None:
         outcome.outputs["OUTPUT__0"] = response.output_array(0)
+
+def expect_ownership_error(use, words):
+    try:
+        use()
+    except b.OwnershipError as exc:
+        assert words in str(exc), exc
+    else:
+        raise AssertionError(f"no OwnershipError ({words})")
 """
 
-
-def case(body: str, **kwargs: object) -> str:
-    return run_case(PRELUDE + textwrap.dedent(body), env=MALLOC_CHECKED, **kwargs).stdout  # type: ignore[arg-type]
-
-
-def test_a_request_referenced_twice_is_not_freed_while_triton_uses_it() -> None:
-    out = case("""
-    with case_server(slow, ["slow"]) as started:
-        server = started.server
+CASES: dict[str, str] = {
+    "referenced_twice": """
         baseline = b.live_handles()
         x = np.arange(1000, dtype=np.float32)
         req = make_request(server, "slow", {"INPUT__0": x})
@@ -55,47 +62,23 @@ def test_a_request_referenced_twice_is_not_freed_while_triton_uses_it() -> None:
         future.result(30)
         np.testing.assert_array_equal(outcome.outputs["OUTPUT__0"], x)
         assert b.live_handles() == baseline, (b.live_handles(), baseline)
-    print("exact after both references were deleted mid-flight")
-    """)
-    assert "exact after both references" in out
-
-
-def test_every_reference_sees_the_handover_and_the_return() -> None:
-    out = case("""
-    with case_server(slow, ["slow"]) as started:
-        server = started.server
+    """,
+    "handover_seen_by_every_reference": """
         req = make_request(server, "slow", {"INPUT__0": np.ones(3, np.float32)})
         req.set_response_callback(b.ArrayAllocator(), None, read, Outcome())
         req_2 = req
         future = server.infer_async(req)
         for use in (lambda: req_2.id, lambda: req_2.add_requested_output("X"), req_2.delete,
                     lambda: server.infer_async(req_2)):
-            try:
-                use()
-            except b.OwnershipError as exc:
-                assert "belongs to Triton" in str(exc), exc
-            else:
-                raise AssertionError("a handed-over request was usable")
+            expect_ownership_error(use, "belongs to Triton")
         future.result(30)
         req_2.id = "mine again"  # released: Python's again, through every reference
         assert req.id == "mine again"
         req.delete()
         for use in (lambda: req_2.id, req_2.delete, lambda: server.infer_async(req_2)):
-            try:
-                use()
-            except b.OwnershipError as exc:
-                assert "was deleted" in str(exc), exc
-            else:
-                raise AssertionError("a deleted request was usable")
-    print("handover seen by every reference")
-    """)
-    assert "handover seen by every reference" in out
-
-
-def test_dropping_everything_mid_flight_for_a_thousand_requests() -> None:
-    out = case("""
-    with case_server(slow, ["fast"]) as started:
-        server = started.server
+            expect_ownership_error(use, "was deleted")
+    """,
+    "a_thousand_dropped_mid_flight": """
         baseline = b.live_handles()
         futures = []
         for i in range(1000):
@@ -111,18 +94,8 @@ def test_dropping_everything_mid_flight_for_a_thousand_requests() -> None:
             future.result(60)
         gc.collect()
         assert b.live_handles() == baseline
-    print("1000 requests, no references kept")
-    """)
-    assert "1000 requests" in out
-
-
-def test_failed_submissions_leave_nothing_behind() -> None:
-    out = case("""
-    def repo(path):
-        triton_models.passthrough(path, "fast")
-        triton_models.slow(path, "queued", delay_s=1.0, max_queue_size=1)
-    with case_server(repo, ["fast", "queued"]) as started:
-        server = started.server
+    """,
+    "failed_submissions_leave_nothing": """
         baseline = b.live_handles()
         released = []
         for _ in range(1000):
@@ -162,84 +135,120 @@ def test_failed_submissions_leave_nothing_behind() -> None:
         del req, trace
         gc.collect()
         assert b.live_handles() == baseline
-    print("failed submissions: nothing left")
-    """)
-    assert "nothing left" in out
-
-
-def test_an_allocator_in_use_cannot_be_deleted() -> None:
-    out = case("""
-    with case_server(slow, ["fast"]) as started:
-        server = started.server
+    """,
+    "an_allocator_in_use_is_not_deleted": """
         allocator = b.ArrayAllocator()
         kept = []
         req = make_request(server, "fast", {"INPUT__0": np.arange(4, dtype=np.float32)})
         req.set_response_callback(allocator, None, lambda r, f, k: k.append(r) if r else None, kept)
         server.infer_async(req).result(30)
         req.delete()
-        try:
-            allocator.delete()
-        except b.OwnershipError as exc:
-            assert "1 output buffer" in str(exc), exc
-        else:
-            raise AssertionError("deleted an allocator whose buffer a response holds")
+        expect_ownership_error(allocator.delete, "1 output buffer")
         output = kept[0].output_array(0)
         kept.clear()
         gc.collect()
         allocator.delete()
         garbage = np.full(50_000_000, 1, np.float32)
         np.testing.assert_array_equal(output, [0, 1, 2, 3])
-    print("allocator deleted after its responses")
-    """)
-    assert "allocator deleted after its responses" in out
-
-
-def test_stop_deletes_responses_python_still_holds() -> None:
-    out = case("""
-    with case_server(slow, ["fast"], exit_timeout_s=3) as started:
-        server = started.server
+    """,
+    "stop_deletes_responses_python_holds": """
         kept = []
         req = make_request(server, "fast", {"INPUT__0": np.ones(2, np.float32)})
         req.set_response_callback(b.ArrayAllocator(), None, lambda r, f, k: k.append(r) if r else None, kept)
         server.infer_async(req).result(30)
-        server.stop()
-        try:
-            kept[0].output(0)
-        except b.OwnershipError as exc:
-            assert "its server was stopped" in str(exc), exc
-        else:
-            raise AssertionError("a response outlived its server's stop")
-        try:
-            req.id
-        except b.OwnershipError:
-            pass
-        log = started.log()
-    assert "Exit timeout expired" not in log, log[-2000:]
-    print("stop did not wait for a held response")
-    """)
-    assert "stop did not wait" in out
+        server.stop()  # the last case on this server
+        expect_ownership_error(lambda: kept[0].output(0), "its server was stopped")
+        expect_ownership_error(lambda: req.id, "its server was stopped")
+        assert "Exit timeout expired" not in started.log(), started.log()[-2000:]
+    """,
+}
+
+#: Cases on a server of their own: (models, exit timeout, body). This one ends with the server undeletable.
+LAST_CASE = (
+    "a_server_is_not_deleted_under_its_requests",
+    """
+    import atexit, threading
+    triton_models.passthrough(folder / "repo2", "very_slow", delay_s=3.0)
+    exit_hooks, python_threads = atexit._ncallbacks(), threading.active_count()
+    started = start_server(folder / "repo2", folder / "work2", models=["very_slow"], exit_timeout_s=1)
+    server = started.server
+    assert atexit._ncallbacks() == exit_hooks  # the binding registers no exit hook of its own
+    outcome = Outcome()
+    req = make_request(server, "very_slow", {"INPUT__0": np.arange(2, dtype=np.float32)})
+    req.set_response_callback(b.ArrayAllocator(), None, read, outcome)
+    future = server.infer_async(req)
+    del req
+    expect_ownership_error(server.delete, "1 request(s) still in flight")  # nothing asked of Triton
+    assert server.is_live() and server.in_flight == 1
+    try:
+        server.stop()  # Triton's own wait: its exit timeout (1 s) expires before the request lands
+    except b.InternalError as exc:
+        assert "Exit timeout expired" in str(exc), exc
+    else:
+        raise AssertionError("stop returned with a request in flight past the exit timeout")
+    assert server.stop_failed
+    future.result(30)  # the request still lands, exactly
+    np.testing.assert_array_equal(outcome.outputs["OUTPUT__0"], [0, 1])
+    expect_ownership_error(server.delete, "its stop failed")  # deleting now would crash in Triton
+    assert threading.active_count() == python_threads  # and starts no thread to delete it later
+    os.kill(stub_pids(started.shm_prefix)[0], 9)  # left undeleted: end its stub as its owner would
+    remove_shm_regions(started.shm_prefix)
+    """,
+)
 
 
-def test_a_delete_that_times_out_finishes_when_the_request_lands() -> None:
-    out = case("""
-    def repo(path):
-        triton_models.passthrough(path, "very_slow", delay_s=4.0)
-    with case_server(repo, ["very_slow"], exit_timeout_s=1) as started:
-        server = started.server
-        outcome = Outcome()
-        req = make_request(server, "very_slow", {"INPUT__0": np.ones(2, np.float32)})
-        req.set_response_callback(b.ArrayAllocator(), None, read, outcome)
-        future = server.infer_async(req)
-        del req
-        try:
-            server.delete()
-        except b.TritonError as exc:
-            print("delete raised:", type(exc).__name__, exc)
-        else:
-            raise AssertionError("delete returned with a request in flight past the exit timeout")
-        future.result(30)  # the model finished: the response still came
-        assert server.wait_deleted(30) and server.deleted
-    print("deleted after the request landed")
+def _script() -> str:
+    lines = [PRELUDE, "import tempfile", "from pathlib import Path", "from tests.bindings.harness import start_server"]
+    lines.append("from monai_triton_ops.server.environment import remove_shm_regions")
+    lines.append(f"CASES = {json.dumps({k: textwrap.dedent(v) for k, v in CASES.items()})}")
+    lines.append("with case_server(models, ['slow', 'fast', 'queued'], exit_timeout_s=10) as started:")
+    lines.append("    for name, body in CASES.items():")
+    lines.append("        run_case_body(name, body, {**globals(), 'server': started.server, 'started': started})")
+    lines.append("folder = Path(tempfile.mkdtemp())")
+    body = textwrap.dedent(LAST_CASE[1])
+    lines.append(f"run_case_body({LAST_CASE[0]!r}, {body!r}, {{**globals(), 'folder': folder}})")
+    return "\n".join(lines)
+
+
+@pytest.fixture(scope="module")
+def outcomes() -> CaseOutcomes:
+    """Every case, run once in one interpreter under the heap checks."""
+    return run_cases(_script(), env=malloc_checked_environ())
+
+
+@pytest.mark.parametrize("name", [*CASES, LAST_CASE[0]])
+def test_ownership_case(outcomes: CaseOutcomes, name: str) -> None:
+    outcomes.check(name)
+
+
+def test_the_cases_ran_under_the_heap_checks_and_left_nothing(outcomes: CaseOutcomes) -> None:
+    assert outcomes.code == 0, outcomes.stderr[-4000:]
+    for sign in ("free(): invalid", "corrupted", "double free"):
+        assert sign not in outcomes.stderr
+
+
+def test_the_heap_checks_are_on() -> None:
+    """The canary: a one-byte overrun of a block from libpython's malloc, freed, in a child started with the
+    cases' environment, must abort. (``ctypes`` lookups of ``malloc`` bind to libc's own, unchecked symbol;
+    libpython's and Triton's calls bind to the version the preloaded library interposes.)"""
+    canary = textwrap.dedent("""
+        import ctypes
+        api = ctypes.pythonapi
+        api.PyMem_RawMalloc.restype = ctypes.c_void_p
+        api.PyMem_RawMalloc.argtypes = [ctypes.c_size_t]
+        api.PyMem_RawFree.argtypes = [ctypes.c_void_p]
+        block = api.PyMem_RawMalloc(20)
+        ctypes.memset(block + 20, 0x41, 1)
+        api.PyMem_RawFree(block)
+        print("the overrun went unnoticed")
     """)
-    assert "delete raised: InternalError" in out
-    assert "deleted after the request landed" in out
+    result = subprocess.run(
+        [sys.executable, "-c", canary],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=malloc_checked_environ(),
+        check=False,
+    )
+    assert result.returncode < 0, f"heap checks are off: exit {result.returncode}, {result.stdout}{result.stderr}"
+    assert "the overrun went unnoticed" not in result.stdout

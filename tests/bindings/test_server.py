@@ -38,6 +38,13 @@ def server(started: Started) -> Any:
     return started.server
 
 
+@pytest.mark.checks(
+    "TRITONSERVER_ServerIsLive",
+    "TRITONSERVER_ServerIsReady",
+    "TRITONSERVER_ServerMetadata",
+    "TRITONSERVER_ServerModelIsReady",
+    "TRITONSERVER_MessageSerializeToJson",
+)
 def test_server_state_and_metadata(server: Any) -> None:
     assert server.is_live()
     assert server.is_ready()
@@ -48,6 +55,9 @@ def test_server_state_and_metadata(server: Any) -> None:
     assert not server.model_is_ready("other")  # in the repository, not loaded (explicit model control)
 
 
+@pytest.mark.checks(
+    "TRITONSERVER_ServerModelMetadata", "TRITONSERVER_ServerModelConfig", "TRITONSERVER_ServerModelIndex"
+)
 def test_model_metadata_config_and_index(server: Any) -> None:
     model = server.model_metadata("passthrough").json()
     assert [t["name"] for t in model["inputs"]] == ["INPUT__0"]
@@ -60,6 +70,7 @@ def test_model_metadata_config_and_index(server: Any) -> None:
     assert ready == set(MODELS)
 
 
+@pytest.mark.checks("TRITONSERVER_ServerModelBatchProperties", "TRITONSERVER_ServerModelTransactionProperties")
 def test_batch_and_transaction_properties(server: Any) -> None:
     assert server.model_batch_properties("batched") == (b.TRITONSERVER_ModelBatchFlag.FIRST_DIM, 0)
     assert server.model_batch_properties("passthrough")[0] is b.TRITONSERVER_ModelBatchFlag.UNKNOWN
@@ -68,6 +79,7 @@ def test_batch_and_transaction_properties(server: Any) -> None:
     assert flags is b.TRITONSERVER_ModelTxnPropertyFlag.DECOUPLED
 
 
+@pytest.mark.checks("TRITONSERVER_ServerModelStatistics")
 def test_statistics_count_requests(server: Any) -> None:
     def successes() -> int:
         stats = server.model_statistics("passthrough", -1).json()["model_stats"][0]
@@ -88,6 +100,7 @@ def _metric(text: str, name: str, model: str) -> float:
     return sum(values)
 
 
+@pytest.mark.checks("TRITONSERVER_ServerMetrics", "TRITONSERVER_MetricsFormatted")
 def test_metrics_are_prometheus_text_and_counters_rise(server: Any) -> None:
     def read() -> str:
         metrics = server.metrics()
@@ -108,6 +121,26 @@ def test_metrics_are_prometheus_text_and_counters_rise(server: Any) -> None:
     )
 
 
+@pytest.mark.checks("TRITONSERVER_MetricsDelete")
+def test_deleting_metrics_frees_their_text(server: Any) -> None:
+    """A formatted ``TRITONSERVER_Metrics`` holds its Prometheus text: 2,000 undeleted hold 6 MiB (measured)."""
+    from .test_library import _grows
+
+    def format_and_delete() -> None:
+        metrics = server.metrics()
+        metrics.formatted()
+        metrics.delete()
+
+    assert _grows(format_and_delete, 2_000) < 3 << 20
+
+
+@pytest.mark.checks(
+    "TRITONSERVER_ServerLoadModelWithParameters",
+    "TRITONSERVER_ParameterNew",
+    "TRITONSERVER_ServerLoadModel",
+    "TRITONSERVER_ServerUnloadModel",
+    "TRITONSERVER_ServerUnloadModelAndDependents",
+)
 def test_load_with_parameters_and_unload(server: Any) -> None:
     config = server.model_config("passthrough").json()
     config["name"] = "other"
@@ -125,6 +158,23 @@ def test_load_with_parameters_and_unload(server: Any) -> None:
     _wait_unloaded(server, "other")
 
 
+@pytest.mark.checks("TRITONSERVER_ParameterBytesNew")
+def test_a_model_loaded_from_files_given_as_bytes(server: Any) -> None:
+    """``file:<path>`` parameters carry the model's files as bytes: the model exists nowhere else."""
+    config = server.model_config("passthrough").json()
+    config["name"] = "from_bytes"
+    source = triton_models._PASSTHROUGH_PY.format(delay_s=0.0).encode()
+    parameters = [
+        b.TRITONSERVER_Parameter("config", json.dumps(config)),
+        b.TRITONSERVER_Parameter("file:1/model.py", source),
+    ]
+    server.load_model_with_parameters("from_bytes", parameters)
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(infer(server, "from_bytes", {"INPUT__0": x})["OUTPUT__0"], x)
+    server.unload_model("from_bytes")
+    _wait_unloaded(server, "from_bytes")
+
+
 def _wait_unloaded(server: Any, model: str) -> None:
     """Unload returns before the model is gone: poll the index (bounded)."""
     import time
@@ -135,6 +185,7 @@ def _wait_unloaded(server: Any, model: str) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.checks("TRITONSERVER_ServerRegisterModelRepository", "TRITONSERVER_ServerUnregisterModelRepository")
 def test_register_a_second_repository_with_a_name_mapping(server: Any, tmp_path: Path) -> None:
     extra = tmp_path / "extra"
     triton_models.passthrough(extra, "folder_name")
@@ -156,6 +207,7 @@ def test_register_a_second_repository_with_a_name_mapping(server: Any, tmp_path:
 
 
 # -- error codes map to classes -------------------------------------------------------------------------
+@pytest.mark.checks("TRITONSERVER_InferenceRequestNew")
 def test_unknown_model_is_not_found(server: Any) -> None:
     with pytest.raises(b.NotFoundError, match="nope"):
         server.model_metadata("nope")
@@ -164,6 +216,7 @@ def test_unknown_model_is_not_found(server: Any) -> None:
         b.TRITONSERVER_InferenceRequest(server, "nope")
 
 
+@pytest.mark.checks("TRITONSERVER_ServerInferAsync")
 def test_wrong_dtype_is_invalid_argument(server: Any) -> None:
     before = b.live_handles()
     request = make_request(server, "passthrough", {"INPUT__0": np.ones(3, np.int64)})
@@ -180,17 +233,44 @@ def test_a_model_that_fails_to_load_reports_tritons_message(server: Any, started
         server.load_model("not_there")
 
 
+@pytest.mark.checks("TRITONSERVER_ServerPollModelRepository")
 def test_polling_in_explicit_mode_is_refused(server: Any) -> None:
     with pytest.raises(b.UnavailableError, match="polling"):
         server.poll_model_repository()
 
 
-def test_set_exit_timeout(server: Any) -> None:
-    server.set_exit_timeout(10)
-
-
+@pytest.mark.checks("TRITONSERVER_InferenceRequestSetResponseCallback")
 def test_decoupled_final_only_sends_a_null_final_response(server: Any) -> None:
     future, outcome = submit(server, "decoupled_final_only", {"INPUT__0": np.ones(2, np.float32)})
     future.result(30)
     assert outcome.responses == 0
     assert outcome.flags == [int(b.TRITONSERVER_ResponseCompleteFlag.FINAL)]
+
+
+# -- the last test of the module: it stops the module's server -----------------------------------------
+@pytest.mark.checks(
+    "TRITONSERVER_ServerSetExitTimeout",
+    "TRITONSERVER_ServerStop",
+    "TRITONSERVER_LogIsEnabled",
+    "TRITONSERVER_LogMessage",
+)
+def test_log_functions_and_the_exit_timeout_act_on_the_servers_log(started: Started) -> None:
+    """Triton's logger is process-wide, set up by the last server created (this module's: info on, verbose 0;
+    a second server alive beside it is what this project never does); the server's stop counts down the exit
+    timeout it was last given (``Timeout N: ...`` each second)."""
+    server = started.server
+    assert b.TRITONSERVER_LogIsEnabled(b.TRITONSERVER_LogLevel.ERROR)
+    assert b.TRITONSERVER_LogIsEnabled(b.TRITONSERVER_LogLevel.INFO)
+    assert not b.TRITONSERVER_LogIsEnabled(b.TRITONSERVER_LogLevel.VERBOSE)
+    b.TRITONSERVER_LogMessage(b.TRITONSERVER_LogLevel.ERROR, "test_server.py", 42, "binding-error-marker")
+    b.TRITONSERVER_LogMessage(b.TRITONSERVER_LogLevel.VERBOSE, "test_server.py", 43, "binding-verbose-marker")
+    server.set_exit_timeout(7)
+    server.stop()
+    log = started.log()
+    # an error record, in whichever format the process's logger has (ISO 8601 once a server asked for it)
+    assert re.search(r"^(\S+ )?E.*test_server\.py:42\] .*binding-error-marker", log, re.MULTILINE), log[-2000:]
+    assert "binding-verbose-marker" not in log  # verbose is off
+    assert re.search(r"Timeout 7: Found \d+ model versions that have in-flight inferences", log), log[-3000:]
+    assert "Timeout 10:" not in log  # the options' value was replaced
+    with pytest.raises(b.UnavailableError, match="exiting"):
+        server.is_ready()

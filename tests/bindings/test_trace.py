@@ -65,6 +65,14 @@ def _wait(condition: Callable[[], bool]) -> None:
         time.sleep(0.01)
 
 
+@pytest.mark.checks(
+    "TRITONSERVER_InferenceTraceNew",
+    "TRITONSERVER_InferenceTraceId",
+    "TRITONSERVER_InferenceTraceModelName",
+    "TRITONSERVER_InferenceTraceModelVersion",
+    "TRITONSERVER_InferenceTraceRequestId",
+    "TRITONSERVER_InferenceTraceParentId",
+)
 def test_activities_arrive_in_order_with_timestamps(server: Any) -> None:
     recorder = Recorder()
     trace = b.TRITONSERVER_InferenceTrace(
@@ -87,6 +95,7 @@ def test_activities_arrive_in_order_with_timestamps(server: Any) -> None:
     assert trace.parent_id == 0
 
 
+@pytest.mark.checks("TRITONSERVER_InferenceTraceTensorNew")
 def test_tensor_activities_carry_the_input(server: Any) -> None:
     recorder = Recorder()
     level = b.TRITONSERVER_InferenceTraceLevel.TIMESTAMPS | b.TRITONSERVER_InferenceTraceLevel.TENSORS
@@ -100,6 +109,12 @@ def test_tensor_activities_carry_the_input(server: Any) -> None:
     assert queued == [(Activity.TENSOR_QUEUE_INPUT, "INPUT__0", x.tobytes(), (3,))]
 
 
+@pytest.mark.checks(
+    "TRITONSERVER_InferenceTraceSetContext",
+    "TRITONSERVER_InferenceTraceContext",
+    "TRITONSERVER_InferenceTraceReportActivity",
+    "TRITONSERVER_InferenceTraceSpawnChildTrace",
+)
 def test_custom_activity_context_and_child_traces(server: Any) -> None:
     recorder = Recorder()
     trace = b.TRITONSERVER_InferenceTrace(

@@ -56,6 +56,22 @@ def test_backend_spec_is_one_the_app_accepts_and_names_the_headless_service() ->
     assert backend.options.shared_memory in ("none", "auto")  # another pod has another /dev/shm
 
 
+def test_the_specs_options_win_over_the_apps_yaml_defaults() -> None:
+    """The sample app's app.yaml sets ``MONAI_TRITON_READY_TIMEOUT_S: "30"`` (a batch run gives up within a
+    minute); the Job's ``?ready_timeout_s=300`` (a fleet rolling out) must still be what the backend gets."""
+    from monai_triton_ops.app_settings import backend_keywords, read_app_environment, resolve_backend_options
+
+    _, app = job()
+    env = env_values(app)
+    defaults = read_app_environment(APP_YAML)
+    assert "MONAI_TRITON_READY_TIMEOUT_S" in defaults
+    applied = {k: v for k, v in defaults.items() if k not in env}  # what the app sets at start
+    spec = app_args.resolve_backend(None, environ={**applied, **env})
+    options = resolve_backend_options(spec, {}, environ={**applied, **env}, from_yaml=applied)
+    backend = create_backend(spec, MODEL, **backend_keywords(spec, "environment", options, {}))
+    assert backend.options.ready_timeout_s == float(parse_backend_spec(spec).options["ready_timeout_s"]) == 300
+
+
 def test_server_accepts_the_clients_keepalive_pings() -> None:
     """A client pinging more often than the server allows gets GOAWAY (too_many_pings) on idle connections."""
     _, app = job()

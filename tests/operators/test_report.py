@@ -36,11 +36,28 @@ def test_where_and_how(spec: str, expected: str, unet_repo: Path) -> None:
     assert describe_backend(backend) == expected
 
 
-def test_the_line(unet_repo: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(logging.getLogger(RUN_LOGGER), "propagate", True)  # run_app gives it its own handler
+class _Kept(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def test_the_line(unet_repo: Path) -> None:
+    """Read by a handler of the test's own: the run logger's propagation and pytest's capture of it depend on
+    whether an earlier test ran an app in this process (run_app gives the logger its own handler)."""
+    run_logger, kept = logging.getLogger(RUN_LOGGER), _Kept()
     backend = create_backend("torch", "unet", model_repository=unet_repo)
-    with caplog.at_level(logging.INFO, logger=RUN_LOGGER):
+    level = run_logger.level
+    run_logger.setLevel(logging.INFO)  # setLevel, not the attribute: the logger caches what is enabled
+    run_logger.addHandler(kept)
+    try:
         log_run("unet", backend, 1, 2.345)
-    assert caplog.messages == [
+    finally:
+        run_logger.removeHandler(kept)
+        run_logger.setLevel(level)
+    assert kept.messages == [
         "model 'unet' ran on torch (TorchScript in this process, cpu): 1 image(s), inference 2.35 s"
     ]

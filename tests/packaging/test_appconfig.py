@@ -40,7 +40,11 @@ def test_the_sample_apps_config_gives_formats_environment_and_resources() -> Non
     assert config.version == "0.1.0"
     assert config.input_formats == ("file",)
     assert config.output_formats == ("file",)
-    assert dict(config.environment) == {"MONAI_TRITON_BACKEND": "torch"}
+    assert dict(config.environment) == {
+        "MONAI_TRITON_BACKEND": "torch",  # issue 16: the MAP's default backend comes from app.yaml
+        "MONAI_TRITON_READY_TIMEOUT_S": "30",  # a server that is not there: exit 3 within a minute
+        "MONAI_TRITON_PREVIEW": "0",
+    }
     assert dict(config.resources) == {"cpu": 2, "gpu": 0, "memory": "4Gi"}
 
 

@@ -22,7 +22,7 @@ from monai_triton_ops.packaging.context import MARKER, BuildContext, default_tag
 from monai_triton_ops.packaging.requirements import canonical
 
 from .conftest import APP, BASE, MODELS
-from .spec import app_yaml, check_app_manifest, check_package_manifest
+from .spec import ENVIRONMENT, app_yaml, check_app_manifest, check_package_manifest
 
 
 def read_json(path: Path) -> dict:
@@ -66,7 +66,11 @@ def test_the_image_environment_and_labels_are_the_manifests(sample_context: Buil
     text = (sample_context.path / "Dockerfile").read_text()
     env = instruction(text, "ENV")
     assert env.pop("PATH") == "/opt/venv/bin:$PATH"
-    assert env == app["environment"]
+    # HOLOSCAN_* are the image's; app.yaml's defaults are listed in app.json and applied by the app at start,
+    # so that `-e TRITON_SERVER_NETLOC=...` is not hidden by a MONAI_TRITON_BACKEND baked into the image
+    defaults = app_yaml(APP / "app.yaml")["application"]["environment"]
+    assert env == {k: v for k, v in app["environment"].items() if k not in defaults}
+    assert set(env) == set(ENVIRONMENT) | {"HOLOSCAN_APPLICATION", "HOLOSCAN_TIMEOUT"}
     labels = instruction(text, "LABEL")
     assert labels["org.opencontainers.image.version"] == app["version"]
     assert labels["org.opencontainers.image.title"] == app_yaml(APP / "app.yaml")["application"]["title"]

@@ -165,9 +165,13 @@ def test_the_image_config_has_the_manifests_environment_and_labels(image: Path) 
     config = json.loads(buildah("inspect", "--type", "image", TAG))["OCIv1"]["config"]
     app = json.loads((image / "map/app.json").read_text())
     env = dict(item.split("=", 1) for item in config["Env"])
+    defaults = app_yaml(APP / "app.yaml")["application"]["environment"]
+    assert app["environment"]["MONAI_TRITON_BACKEND"] == "torch"  # app.yaml's default, listed in the manifest
     for name, value in app["environment"].items():
-        assert env[name] == value, name
-    assert env["MONAI_TRITON_BACKEND"] == "torch"  # app.yaml's default
+        if name in defaults:  # applied by the app at start: a variable given to the container is told apart
+            assert name not in env, name
+        else:
+            assert env[name] == value, name
     assert env["PATH"].startswith("/opt/venv/bin:")
     check_labels(config["Labels"], app, app_yaml(APP / "app.yaml"))
     assert config["Entrypoint"] == ["/var/holoscan/tools"]
@@ -249,6 +253,7 @@ def test_triton_inside_the_container(image: Path, dicom: Path, reference: np.nda
     out = writable(tmp_path / "out")
     volumes = [(dicom, "/var/holoscan/input", "ro"), (out, "/var/holoscan/output", "rw"), (MODELS, "/srv/models", "ro")]
     env = {"MONAI_TRITON_BACKEND": "triton", "HOLOSCAN_MODEL_PATH": "/srv/models"}
+    env["TRITON_SERVER_NETLOC"] = f"127.0.0.1:{closed_port()}"  # both set: MONAI_TRITON_BACKEND wins
     with container() as name:
         run = run_map(name, env=env, volumes=volumes)
     print(f"\nMAP run triton: {run.seconds:.1f} s")
@@ -279,16 +284,20 @@ def closed_port() -> int:
 
 
 def test_a_server_that_is_not_there(image: Path, dicom: Path, tmp_path: Path) -> None:
+    """The App SDK's variable alone chooses the remote backend over app.yaml's ``MONAI_TRITON_BACKEND: torch``
+    (the image does not bake that default in), and with the image's defaults (app.yaml's readiness deadline)
+    a server that is not there ends the run within the minute."""
     out = writable(tmp_path / "out")
-    # The remote readiness deadline comes with the spec, as every remote option does (docs/remote.md).
-    env = {"MONAI_TRITON_BACKEND": f"grpc://127.0.0.1:{closed_port()}?ready_timeout_s=15"}
+    port = closed_port()
     with container() as name:
         volumes = [(dicom, "/var/holoscan/input", "ro"), (out, "/var/holoscan/output", "rw")]
-        run = run_map(name, env=env, volumes=volumes)
+        run = run_map(name, env={"TRITON_SERVER_NETLOC": f"127.0.0.1:{port}"}, volumes=volumes)
+    print(f"\nMAP run, no server: {run.seconds:.1f} s")
     assert run.code == 3, run.stderr[-3000:]
     assert run.seconds < FAIL_WITHIN_S, run.seconds
     assert len(run.app_errors) == 1, run.stderr
-    assert "127.0.0.1" in run.app_errors[0]
+    assert f"http://127.0.0.1:{port}" in run.app_errors[0]
+    assert re.search(r"\b30(\.0)? s\b", run.app_errors[0])  # MONAI_TRITON_READY_TIMEOUT_S from app.yaml
     assert not list(out.iterdir())  # nothing half written
 
 

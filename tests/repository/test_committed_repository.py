@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -13,7 +14,9 @@ import tritonclient.grpc as grpcclient
 from monai_triton_ops import create_backend
 from monai_triton_ops.repository.builder import generate_config
 from monai_triton_ops.repository.config import read_config, signature_from_config
-from monai_triton_ops.server import LocalTritonServer
+
+if TYPE_CHECKING:
+    from monai_triton_ops.server import LocalTritonServer
 
 ROOT = Path(__file__).resolve().parents[2]
 REPO = ROOT / "model_repository"
@@ -53,18 +56,19 @@ def test_the_torch_backend_reads_the_committed_layout(patch: np.ndarray) -> None
 
 @pytest.mark.triton
 @pytest.mark.slow
-def test_the_committed_repository_serves_exactly_the_torchscript_output(patch: np.ndarray) -> None:
+def test_the_committed_repository_serves_exactly_the_torchscript_output(
+    patch: np.ndarray, committed_server: LocalTritonServer
+) -> None:
     with create_backend("torch", NAME, model_repository=REPO) as backend:
         expected = backend(patch)
         input_name = backend.signature.inputs[0].name
-    with LocalTritonServer(REPO) as server:
-        client = grpcclient.InferenceServerClient(server.grpc_address)
-        try:
-            request = grpcclient.InferInput(input_name, list(patch.shape), "FP32")
-            request.set_data_from_numpy(patch)
-            result = client.infer(NAME, [request], client_timeout=120)
-            served = result.as_numpy("OUTPUT__0")
-        finally:
-            client.close()
+    client = grpcclient.InferenceServerClient(committed_server.grpc_address)
+    try:
+        request = grpcclient.InferInput(input_name, list(patch.shape), "FP32")
+        request.set_data_from_numpy(patch)
+        result = client.infer(NAME, [request], client_timeout=120)
+        served = result.as_numpy("OUTPUT__0")
+    finally:
+        client.close()
     assert served.shape == expected.shape
     assert float(np.abs(served - expected).max()) == 0.0

@@ -157,6 +157,7 @@ def test_serve_a_repository_whose_stub_cannot_start_exits_3_with_one_line(
     repo = write_model(tmp_path / "repo", "add_one", expression="x + 1")
     run = serve([str(repo), "--server-path", str(broken_stub_home), "--startup-timeout", "30"])
     line = run.wait_for(r"^error: ", stderr=True, timeout_s=60).string
-    assert line.startswith("error: models ['add_one'] cannot load: the Python backend stub ")
-    assert f"cannot start: {MISSING_LIBPYTHON.decode()} not found; install the Python" in line
+    assert line.startswith("error: models ['add_one'] cannot load: the Python backend stub cannot start: ")
+    assert f"error while loading shared libraries: {MISSING_LIBPYTHON.decode()}: cannot open" in line
+    assert "; install the Python" in line
     assert run.process.wait(timeout=60) == 3

@@ -17,8 +17,9 @@ import pytest
 
 from monai_triton_ops.errors import ServerStartError
 from monai_triton_ops.server import LocalTritonServer, ServerState, TritonInstall, find_tritonserver, logs, readiness
+from monai_triton_ops.server.discovery import STUB_NAME
 from monai_triton_ops.server.environment import server_environment
-from monai_triton_ops.server.stub import python_models, stub_problem, unresolved_libraries
+from monai_triton_ops.server.stub import model_stub, python_models, repository_stub_problems, stub_problem
 
 from .conftest import MISSING_LIBPYTHON, assert_server_gone, write_model
 
@@ -80,39 +81,75 @@ def test_a_healthy_log_has_no_stub_failure() -> None:
 
 
 # -- the check before a start -----------------------------------------------------------------------
-def test_the_installed_stub_links_here(triton_install: TritonInstall) -> None:
+def test_the_installed_stub_starts_here(triton_install: TritonInstall) -> None:
     assert triton_install.stub_path is not None
-    assert unresolved_libraries(triton_install.stub_path, server_environment(triton_install)) == []
-    assert stub_problem(triton_install, server_environment(triton_install)) is None
+    assert stub_problem(triton_install.stub_path, server_environment(triton_install)) is None
 
 
 def test_a_stub_without_its_libpython_is_named_with_how_to_fix_it(broken_stub_home: Path) -> None:
     install = find_tritonserver(broken_stub_home)
     assert install.stub_path is not None
-    assert unresolved_libraries(install.stub_path, server_environment(install)) == [MISSING]
-    problem = stub_problem(install, server_environment(install))
+    problem = stub_problem(install.stub_path, server_environment(install))
     assert problem is not None
+    assert "\n" not in problem
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    assert f"cannot start: {MISSING} not found; install the Python {version} shared library" in problem
-    assert f"apt-get install libpython{version}" in problem
+    assert problem.startswith(
+        f"the Python backend stub cannot start: error while loading shared libraries: {MISSING}: cannot open"
+    )  # the loader's own words
+    assert f"{str(install.stub_path)!r}, exit status 127" in problem
+    assert f"; install the Python {version} shared library (Debian/Ubuntu: apt-get install libpython{version})" in (
+        problem
+    )
 
 
-def test_a_program_that_is_not_dynamically_linked_is_never_run(tmp_path: Path) -> None:
-    """The loader's trace variable means nothing to a script or a static program: it would simply run."""
-    marker = tmp_path / "ran"
-    script = tmp_path / "stub"
-    script.write_text(f"#!/bin/sh\ntouch {marker}\n")
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    assert unresolved_libraries(script, dict(os.environ)) == []
-    assert not marker.exists()
+def test_a_stub_that_cannot_be_run_is_named_with_what_it_said(tmp_path: Path) -> None:
+    """The in-process server hands Triton a wrapper script that execs the real stub: any stand-in is run, not
+    inspected, so a wrapper whose stub is gone, or a file that is no program at all, is caught too."""
+    wrapper = tmp_path / "wrapper"
+    wrapper.write_text(f"#!/bin/sh\nexec {tmp_path / 'gone' / STUB_NAME}\n")
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    problem = stub_problem(wrapper, dict(os.environ))
+    assert problem is not None
+    assert problem.startswith("the Python backend stub cannot start: ")
+    assert str(tmp_path / "gone" / STUB_NAME) in problem
+    assert "exit status 127" in problem
+    not_a_program = tmp_path / "stub"
+    not_a_program.write_text("no program\n")
+    problem = stub_problem(not_a_program, dict(os.environ))
+    assert problem is not None
+    assert "Permission denied" in problem
 
 
 def test_python_models_are_found_by_their_config(tmp_path: Path) -> None:
     write_model(tmp_path, "b_model")
     write_model(tmp_path, "a_model")
     (tmp_path / "onnx" / "1").mkdir(parents=True)
-    (tmp_path / "onnx" / "config.pbtxt").write_text('name: "onnx"\nbackend: "onnxruntime"\n')
-    assert python_models(tmp_path) == ["a_model", "b_model"]
+    (tmp_path / "onnx" / "config.pbtxt").write_text('name: "onnx"\n# backend: "python"\nbackend: "onnxruntime"\n')
+    (tmp_path / "libtorch" / "1").mkdir(parents=True)
+    (tmp_path / "libtorch" / "config.pbtxt").write_text('name: "libtorch"\nplatform: "pytorch_libtorch"\n')
+    write_model(tmp_path, "inferred")  # neither backend nor platform: Triton picks python for a model.py
+    config = tmp_path / "inferred" / "config.pbtxt"
+    config.write_text(config.read_text().replace('backend: "python"', ""))
+    write_model(tmp_path, "unparsable")  # Triton reports the config itself; its model.py says python
+    (tmp_path / "unparsable" / "config.pbtxt").write_text("name: {")
+    assert python_models(tmp_path) == ["a_model", "b_model", "inferred", "unparsable"]
+    assert model_stub(tmp_path / "onnx", Path("/x/stub")) is None
+
+
+def test_a_models_own_stub_is_the_one_checked(
+    triton_install: TritonInstall, broken_stub_home: Path, tmp_path: Path
+) -> None:
+    """Triton starts the stub in a model's folder when it has one (a stub for another Python)."""
+    repo = write_model(write_model(tmp_path / "repo", "own"), "shared")
+    broken = find_tritonserver(broken_stub_home).stub_path
+    assert broken is not None
+    (repo / "own" / STUB_NAME).symlink_to(broken)
+    assert model_stub(repo / "shared", triton_install.stub_path) == triton_install.stub_path
+    assert model_stub(repo / "own", triton_install.stub_path) == repo / "own" / STUB_NAME
+    problems = repository_stub_problems(repo, triton_install.stub_path, server_environment(triton_install))
+    ((problem, models),) = problems.items()
+    assert models == ["own"]
+    assert MISSING in problem
 
 
 # -- the server ------------------------------------------------------------------------------------
@@ -122,7 +159,7 @@ def test_a_stub_that_cannot_link_is_refused_before_anything_runs(
 ) -> None:
     repo = write_model(tmp_path / "repo", "add_one", expression="x + 1")
     server = make_server(repo, server_path=broken_stub_home, startup_timeout_s=120.0)
-    with pytest.raises(ServerStartError, match=rf"^models \['add_one'\] cannot load: .* cannot start: {MISSING}"):
+    with pytest.raises(ServerStartError, match=rf"^models \['add_one'\] cannot load: .* cannot start: .*{MISSING}"):
         server.start()
     assert server.pid is None, "nothing may be launched"
     assert server.state is ServerState.STOPPED
@@ -140,7 +177,7 @@ def test_a_stub_failure_only_the_log_shows_ends_the_start_quoting_it(
     Stands in for such a failure by skipping the check (the one thing not real here); the server and the stub's
     failure to link are. Before the scanner, this start waited out its whole deadline.
     """
-    monkeypatch.setattr(readiness, "stub_problem", lambda install, env: None)
+    monkeypatch.setattr(readiness, "repository_stub_problems", lambda repository, default, env: {})
     repo = write_model(tmp_path / "repo", "add_one", expression="x + 1")
     server = make_server(repo, server_path=broken_stub_home, startup_timeout_s=30.0)  # a hang ends in "not ready"
     with pytest.raises(ServerStartError) as info:

@@ -13,9 +13,13 @@ and around them:
 workers.py         the one worker pool: threads that run whole requests and own per-thread clients
 transport.py       the neutral transport interface, and the request builder both protocols share
 endpoints.py       where the servers are (Endpoint), how to reach them (TransportSettings, connect)
+credentials.py     TLS material and auth headers, secrets named by env:/file: references, redaction
+tls.py             what gRPC and HTTP are given for TLS; a handshake at open that says what TLS failure it is
+protocol.py        what a server speaks (Triton's extensions or the bare Open Inference Protocol), and so
+                   where the signature comes from: the model config, or the model metadata
 shm.py, pool.py    system shared memory regions: naming, cleanup at close/exit/SIGTERM/fork; slots and leases
 janitor.py         a watcher process that cleans up the regions of a client that died
-server_model.py    readiness within one deadline, the signature from the server's config
+server_model.py    readiness within one deadline, the signature from a Triton server's model config
 translate.py       tritonclient errors -> status -> this package's errors, by status code
 retry.py           bounded exponential backoff inside the deadline
 options.py         RemoteOptions

@@ -15,6 +15,8 @@ A request, from the base's ``submit()`` to the wire (``docs/remote.md`` draws it
 
 One pool, one future per request (the pool's), retries as a plain loop on the worker: a transient
 error waits its backoff there (ended early by a cancel) and tries again while the deadline allows.
+Over gRPC, ``infer()`` runs ``_run`` on the caller's thread instead (``_infer_here``: no hand-off);
+HTTP clients belong to the workers' threads, so HTTP requests always go to the pool.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from ...errors import BackendStateError, BackendUnavailableError, ConfigError
+from ...errors import BackendStateError, BackendUnavailableError, ConfigError, ServerUnavailableError
 from ...signature import ModelSignature
 from ..base import ArrayLike, BaseBackend, InferRequest
 from ..options import BackendOptions
@@ -37,8 +39,10 @@ from .endpoints import Endpoint, TransportSettings, connect
 from .exchange import Exchange, Outputs
 from .options import RemoteOptions
 from .pool import RegionPool
+from .protocol import BINARY_TENSORS, STATISTICS, SYSTEM_SHARED_MEMORY, UNKNOWN_SERVER, describe_model, server_info
 from .retry import Backoff
-from .server_model import check_local_config, read_signature, wait_until_ready
+from .server_model import wait_until_ready
+from .tls import check_handshake, check_tls_options
 from .translate import CallError, Status, to_public
 from .transport import Transport
 from .volume import open_volume_model, served_name, volume_parameters
@@ -48,6 +52,8 @@ logger = logging.getLogger(__name__)
 
 #: Deadline of the control calls made at open and close (metadata, config, registrations).
 _CONTROL_TIMEOUT_S = 10.0
+#: Deadline of the TLS handshake made at open to tell TLS problems from a server that is away (tls.py).
+_HANDSHAKE_TIMEOUT_S = 5.0
 #: How long ``close()`` waits for each worker thread to end once its last call has.
 _JOIN_TIMEOUT_S = 5.0
 
@@ -111,6 +117,8 @@ class RemoteBackend(BaseBackend):
         self._tickets: dict[int, _Ticket] = {}
         self._tickets_lock = threading.Lock()
         self._pid = os.getpid()
+        self._server = UNKNOWN_SERVER  # what the server speaks, learnt at open (protocol.py)
+        check_tls_options(self.endpoints, self.remote_options)
 
     @property
     def remote_options(self) -> RemoteOptions:
@@ -135,7 +143,20 @@ class RemoteBackend(BaseBackend):
         transport: Transport | None = None
         try:
             transport = connect(self.endpoints[0], settings, workers)
-            signature = self._read_model(transport, options)
+            if options.mode == "volume":
+                signature = self._open_volume(transport, settings, options)
+            else:
+                self._wait(transport, settings, options)
+                served = describe_model(
+                    transport,
+                    self.model_name,
+                    self.version,
+                    timeout_s=_CONTROL_TIMEOUT_S,
+                    repository=self.model_repository,
+                    max_batch_size=options.max_batch_size,
+                )
+                signature, self._server = served.signature, served.server
+                transport.use_binary_tensors(served.server.has(BINARY_TENSORS))
             pool = self._make_pool(transport, options)
         except BaseException:
             if transport is not None:
@@ -152,19 +173,31 @@ class RemoteBackend(BaseBackend):
         logger.info("%r: tensors via %s", self, "system shared memory" if pool else "the request body")
         return signature
 
-    def _read_model(self, transport: Transport, options: RemoteOptions) -> ModelSignature:
-        """Wait for the model, read its signature from the server, compare it with a local config."""
-        if options.mode == "volume":
-            return open_volume_model(
-                transport,
-                self.network,
-                self.version,
-                ready_timeout_s=options.ready_timeout_s,
-                repository=self.model_repository,
-            )
-        wait_until_ready(transport, self.model_name, self.version, timeout_s=options.ready_timeout_s)
-        signature = read_signature(transport, self.model_name, self.version, timeout_s=_CONTROL_TIMEOUT_S)
-        check_local_config(signature, self.model_repository, url=self.url)
+    def _wait(self, transport: Transport, settings: TransportSettings, options: RemoteOptions) -> None:
+        """Readiness, after a TLS handshake of our own: a TLS problem is a ``ConfigError`` now, not a long wait."""
+        endpoint, handshake_s = self.endpoints[0], min(_HANDSHAKE_TIMEOUT_S, options.ready_timeout_s)
+        check_handshake(endpoint, settings.credentials, timeout_s=handshake_s)
+        try:
+            wait_until_ready(transport, self.model_name, self.version, timeout_s=options.ready_timeout_s)
+        except ServerUnavailableError:
+            check_handshake(endpoint, settings.credentials, timeout_s=handshake_s)  # up meanwhile, refusing us?
+            raise
+
+    def _open_volume(self, transport: Transport, settings: TransportSettings, options: RemoteOptions) -> ModelSignature:
+        """The whole-volume model and its network (``volume.py``), after a TLS handshake of our own. Triton only:
+        the volume model is a Python-backend model that runs MONAI's sliding window on the server."""
+        check_handshake(
+            self.endpoints[0], settings.credentials, timeout_s=min(_HANDSHAKE_TIMEOUT_S, options.ready_timeout_s)
+        )
+        signature = open_volume_model(
+            transport,
+            self.network,
+            self.version,
+            ready_timeout_s=options.ready_timeout_s,
+            repository=self.model_repository,
+        )
+        self._server = server_info(transport, model=self.model_name, timeout_s=_CONTROL_TIMEOUT_S)
+        transport.use_binary_tensors(self._server.has(BINARY_TENSORS))
         return signature
 
     def _make_pool(self, transport: Transport, options: RemoteOptions) -> RegionPool | None:
@@ -175,6 +208,14 @@ class RemoteBackend(BaseBackend):
                 "(use auto, system or none)"
             )
         if mode == "none" or (mode == "auto" and not self.endpoints[0].is_loopback):
+            return None
+        if not self._server.has(SYSTEM_SHARED_MEMORY):
+            if mode == "system":
+                raise ConfigError(
+                    f"model {self.model_name!r}: shared_memory=system, but {self._server.lacks(SYSTEM_SHARED_MEMORY)} "
+                    f"at {self.url} (use shared_memory=auto or none)"
+                )
+            logger.info("%s: %s; tensors go in the request body", self.url, self._server.lacks(SYSTEM_SHARED_MEMORY))
             return None
         shm.remove_stale_regions(lambda name: transport.unregister_system_shm(name, timeout_s=1.0))
         pool = RegionPool(transport, max_slots=options.max_in_flight + 4)
@@ -207,9 +248,7 @@ class RemoteBackend(BaseBackend):
         workers = self._workers
         if workers is None:
             raise BackendStateError(f"{self!r}: not open")
-        ticket = _Ticket(request)
-        with self._tickets_lock:
-            self._tickets[id(request)] = ticket
+        ticket = self._ticket(request)
         try:
             return workers.submit(self._run, ticket)
         except BaseException:  # closing: _run will never drop it
@@ -217,8 +256,25 @@ class RemoteBackend(BaseBackend):
                 self._tickets.pop(id(request), None)
             raise
 
+    def _can_infer_here(self) -> bool:
+        """Over a transport any thread may use (gRPC): every call carries the request's time left and ends when
+        ``close()`` closes the channel, so ``infer()`` runs on the caller's thread. HTTP clients are the workers'."""
+        transport = self._transport
+        return transport is not None and transport.any_thread and os.getpid() == self._pid
+
+    def _infer_here(self, request: InferRequest) -> Outputs:
+        return self._run(self._ticket(request))
+
+    def _ticket(self, request: InferRequest) -> _Ticket:
+        """The request's ticket, where ``_cancel`` finds it until ``_run`` ends."""
+        ticket = _Ticket(request)
+        with self._tickets_lock:
+            self._tickets[id(request)] = ticket
+        return ticket
+
     def _run(self, ticket: _Ticket) -> Outputs:
-        """One request on a worker thread: attempts in a plain loop, each inside the request's deadline."""
+        """One request on a worker (or the ``infer()`` caller's) thread: attempts in a plain loop, each inside the
+        request's deadline."""
         request, started = ticket.request, time.monotonic()
         attempt = 0
         try:
@@ -282,6 +338,10 @@ class RemoteBackend(BaseBackend):
         transport = self._transport
         if transport is None:
             raise BackendStateError(f"{self!r}: statistics() needs an open backend")
+        if not self._server.has(STATISTICS):
+            raise ConfigError(
+                f"model {self.model_name!r} on {self.url}: no statistics: {self._server.lacks(STATISTICS)}"
+            )
         try:
             return transport.statistics(self.model_name, timeout_s=_CONTROL_TIMEOUT_S)
         except CallError as exc:

@@ -11,12 +11,12 @@ layer on the request path.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from ...errors import BackendUnavailableError, ConfigError
+from ...errors import BackendUnavailableError
+from .credentials import Credentials, load_credentials
 from .options import RemoteOptions
 
 if TYPE_CHECKING:
@@ -62,14 +62,14 @@ class Endpoint:
 class TransportSettings:
     """How every endpoint of one backend is spoken to; made once from the options (files read here, not per call)."""
 
-    root_certificates: str | None = None  # PEM text of a private CA, for grpcs://
+    credentials: Credentials = field(default_factory=Credentials)  # TLS material and headers (credentials.py)
     compression: str | None = None  # gRPC message compression: gzip, deflate
     keepalive_s: float | None = None  # gRPC keepalive ping period
 
     @classmethod
     def from_options(cls, options: RemoteOptions) -> TransportSettings:
         return cls(
-            root_certificates=_read_pem(options.root_certificates),
+            credentials=load_credentials(options),
             compression=None if options.compression == "none" else options.compression,
             keepalive_s=options.keepalive_s,
         )
@@ -99,12 +99,3 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
-
-
-def _read_pem(path: Path | None) -> str | None:
-    if path is None:
-        return None
-    try:
-        return Path(path).read_text(encoding="ascii")
-    except OSError as exc:
-        raise ConfigError(f"root_certificates {str(path)!r} cannot be read: {exc}") from exc

@@ -16,8 +16,9 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +42,8 @@ Outputs = dict[str, Any]
 Key = tuple[Any, ...]
 #: Input shapes remembered with the output sizes they produced (bounded: shapes can vary without end).
 _SIZE_MEMORY = 64
+#: Shared memory requests whose wire objects are kept (slots x request shapes in use).
+_KEPT_WIRES = 256
 #: Statuses after which the server may still read or write a request's slot.
 _UNFINISHED = frozenset({Status.DEADLINE, Status.CANCELLED, Status.UNAVAILABLE})
 
@@ -75,17 +78,27 @@ class OutputSizes:
 
 @dataclass
 class _Plan:
-    inputs: list[WireInput]
-    outputs: list[WireOutput]
+    inputs: Sequence[WireInput]
+    outputs: Sequence[WireOutput]
     slot: Slot | None = None
     reserved: dict[str, ShmRef] = field(default_factory=dict)
+    deadline: float | None = None  # the request's: calls made for it on the way (a registration) end by then
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: a key of ``Exchange._wires``
 class _Layout:
     inputs: tuple[tuple[int, int], ...]  # (offset, bytes) of each input, in order
     outputs: dict[str, tuple[int, int]]  # (offset, bytes) reserved for outputs of a known size
     size: int
+
+
+@dataclass(frozen=True)
+class _Wire:
+    """A shared memory request's tensors as the transport sends them: the same objects for the same slot and layout."""
+
+    inputs: tuple[WireInput, ...]
+    outputs: tuple[WireOutput, ...]
+    reserved: dict[str, ShmRef]
 
 
 class _Outgrew(Exception):
@@ -113,6 +126,7 @@ class Exchange:
         self.fallback = fallback
         self.sizes = OutputSizes()
         self._layouts: dict[Key, _Layout] = {}
+        self._wires: dict[tuple[str, _Layout], _Wire] = {}
         self._buffers = BufferPool()  # outputs from response bodies
         self._input_types = {spec.name: spec.dtype for spec in signature.inputs}
         self._output_types = {spec.name: (spec.dtype, dtype_to_numpy(spec.dtype)) for spec in signature.outputs}
@@ -137,7 +151,7 @@ class Exchange:
         remaining = request.remaining_s()
         if remaining is not None and remaining <= 0:
             raise CallError(Status.DEADLINE, "the deadline passed before the request was sent")
-        plan = self._plan(arrays, request.outputs, key if shm_outputs else None)
+        plan = self._plan(arrays, request.outputs, key if shm_outputs else None, request.deadline)
         parameters = {**self.parameters, **request.parameters} or None
         try:
             result = transport.infer(
@@ -165,32 +179,55 @@ class Exchange:
         return outputs
 
     # -- where tensors go -------------------------------------------------------------------------
-    def _plan(self, arrays: dict[str, np.ndarray], outputs: tuple[str, ...], key: Key | None) -> _Plan:
+    def _plan(
+        self, arrays: dict[str, np.ndarray], outputs: tuple[str, ...], key: Key | None, deadline: float | None
+    ) -> _Plan:
         pool = self.pool
         if pool is None or any(a.dtype.kind == "O" for a in arrays.values()):
             return self._body_plan(arrays, outputs)
         layout = self._layout(arrays, outputs, key)
         try:
-            slot = pool.acquire(layout.size)
+            slot = pool.acquire(layout.size, deadline=deadline)
         except (OSError, CallError) as exc:
             exhausted = isinstance(exc, PoolExhausted)  # a bounded pool, in any mode: this one request in the body
-            if not (self.fallback or exhausted) or (isinstance(exc, CallError) and exc.status is Status.CANCELLED):
+            over = deadline is not None and time.monotonic() >= deadline  # no time left for the body either
+            if (
+                not (self.fallback or exhausted)
+                or over
+                or (isinstance(exc, CallError) and exc.status is Status.CANCELLED)
+            ):
                 raise
             logger.warning("model %r: no shared memory slot (%s); this request goes in the body", self.name, exc)
             return self._body_plan(arrays, outputs)
         region = slot.region
         assert region is not None  # noqa: S101 - acquire() sizes the slot
-        inputs = []
         try:
-            for (name, array), (start, size) in zip(arrays.items(), layout.inputs, strict=True):
+            for array, (start, _) in zip(arrays.values(), layout.inputs, strict=True):
                 region.write(array, start)
-                ref = ShmRef(region.name, size, start)
-                inputs.append(WireInput(name, self._input_types[name], array.shape, shm=ref))
         except BaseException:
             pool.release(slot)  # nothing was sent: the slot serves the next request
             raise
-        reserved = {n: ShmRef(region.name, size, start) for n, (start, size) in layout.outputs.items()}
-        return _Plan(inputs, [WireOutput(n, shm=reserved.get(n)) for n in outputs], slot, reserved)
+        wire = self._wires.get((region.name, layout)) if key is not None else None
+        if wire is None:
+            wire = self._wire(region.name, layout, arrays, outputs, keep=key is not None)
+        return _Plan(wire.inputs, wire.outputs, slot, wire.reserved, deadline)
+
+    def _wire(
+        self, region: str, layout: _Layout, arrays: dict[str, np.ndarray], outputs: tuple[str, ...], *, keep: bool
+    ) -> _Wire:
+        """The tensors of a request in ``region`` placed by ``layout``; kept (a transport keeps what it builds from
+        the same objects: ``RequestBuilder``)."""
+        inputs = tuple(
+            WireInput(name, self._input_types[name], array.shape, shm=ShmRef(region, size, start))
+            for (name, array), (start, size) in zip(arrays.items(), layout.inputs, strict=True)
+        )
+        reserved = {n: ShmRef(region, size, start) for n, (start, size) in layout.outputs.items()}
+        wire = _Wire(inputs, tuple(WireOutput(n, shm=reserved.get(n)) for n in outputs), reserved)
+        if keep:
+            if len(self._wires) >= _KEPT_WIRES:
+                self._wires.clear()
+            self._wires[(region, layout)] = wire
+        return wire
 
     def _layout(self, arrays: dict[str, np.ndarray], outputs: tuple[str, ...], key: Key | None) -> _Layout:
         """Inputs, then the outputs whose size is known, at aligned offsets of one slot; kept per request shape."""
@@ -227,7 +264,7 @@ class Exchange:
         if reuse:
             pool.release(slot)
         else:
-            pool.quarantine(slot)
+            pool.quarantine(slot, deadline=plan.deadline)
 
     # -- results ----------------------------------------------------------------------------------
     def _read(self, plan: _Plan, result: WireResult, names: tuple[str, ...], key: Key) -> Outputs:
@@ -252,7 +289,8 @@ class Exchange:
             sizes[name] = nbytes
         if in_slot:
             outputs.update(self._from_slot(plan, in_slot))
-        if self.pool is not None and self.sizes.learn(key, sizes):
+        # Every output fitting the place its learned size gave it: nothing new to learn (the common case).
+        if self.pool is not None and len(in_slot) < len(names) and self.sizes.learn(key, sizes):
             self._layouts.pop(key, None)  # places change with the sizes learned
         return outputs
 

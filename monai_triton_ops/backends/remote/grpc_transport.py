@@ -24,7 +24,9 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as pb
 from tritonclient.utils import InferenceServerException, deserialize_bytes_tensor, triton_to_np_dtype
 
+from .credentials import scrub
 from .endpoints import Endpoint, TransportSettings
+from .tls import grpc_channel_credentials
 from .translate import CallError, Status, from_grpc_status
 from .transport import RequestBuilder, Transport, WireInput, WireOutput, WireResult, refuse_unregister_all
 
@@ -36,11 +38,13 @@ MAX_MESSAGE_BYTES = 1 << 30
 
 
 def _error(exc: InferenceServerException) -> CallError:
+    scrub(exc)  # a server or proxy may echo what it was sent: no secret in our error or its cause
     return from_grpc_status(exc.status(), exc.message() or str(exc))
 
 
 class GrpcTransport(Transport):
     protocol = "grpc"
+    any_thread = True  # one thread-safe client; every call has its deadline; close() ends calls still out
 
     def __init__(self, endpoint: Endpoint, settings: TransportSettings) -> None:
         self.url = endpoint.url
@@ -52,12 +56,15 @@ class GrpcTransport(Transport):
             keepalive = grpcclient.KeepAliveOptions(
                 keepalive_time_ms=int(settings.keepalive_s * 1000), keepalive_permit_without_calls=True
             )
+        credentials = settings.credentials
         self._client = grpcclient.InferenceServerClient(
             url=endpoint.address,
-            ssl=endpoint.tls,
-            root_certificates=settings.root_certificates,
+            creds=grpc_channel_credentials(credentials) if endpoint.tls else None,
             keepalive_options=keepalive,
         )
+        plugin = credentials.plugin(self.protocol)
+        if plugin is not None:
+            self._client.register_plugin(plugin)  # headers on every call (credentials.py)
 
     def infer(
         self,
@@ -91,13 +98,32 @@ class GrpcTransport(Transport):
             raise _error(exc) from exc
         except Exception as exc:  # the channel closed under the call, say: still a CallError, never this one
             status = Status.CANCELLED if self._closed else Status.INTERNAL
-            raise CallError(status, f"{type(exc).__name__}: {exc}") from exc
+            raise CallError(status, f"{type(exc).__name__}: {scrub(exc)}") from exc
         return _GrpcResult(result.get_response())
 
     # -- control calls ----------------------------------------------------------------------------
     def is_model_ready(self, model: str, version: str, *, timeout_s: float) -> bool:
         try:
             return bool(self._client.is_model_ready(model, version, client_timeout=timeout_s))
+        except InferenceServerException as exc:
+            error = _error(exc)
+        if error.status is Status.INTERNAL and self._unknown_model(model, version, timeout_s):
+            return False  # MLServer answers UNKNOWN for a model it does not have; Triton answers "not ready"
+        raise error
+
+    def _unknown_model(self, model: str, version: str, timeout_s: float) -> bool:
+        try:
+            self._client.get_model_metadata(model, version, client_timeout=timeout_s)
+        except InferenceServerException as exc:
+            return _error(exc).status is Status.NOT_FOUND
+        return False
+
+    def use_binary_tensors(self, binary: bool) -> None:
+        """gRPC always carries tensors as raw bytes."""
+
+    def server_metadata(self, *, timeout_s: float) -> dict[str, Any]:
+        try:
+            return dict(self._client.get_server_metadata(as_json=True, client_timeout=timeout_s))
         except InferenceServerException as exc:
             raise _error(exc) from exc
 
@@ -122,7 +148,7 @@ class GrpcTransport(Transport):
             index = self._client.get_model_repository_index(as_json=True, client_timeout=timeout_s)
         except InferenceServerException as exc:
             raise _error(exc) from exc
-        return [dict(m) for m in index.get("models", [])]
+        return [_entry(m) for m in index.get("models", [])]
 
     def statistics(self, model: str, *, timeout_s: float) -> dict[str, Any]:
         try:
@@ -158,6 +184,14 @@ class GrpcTransport(Transport):
         self._client.close()
 
 
+def _entry(model: dict[str, Any]) -> dict[str, Any]:
+    """An index entry; MLServer's gRPC index writes states as ``State.READY`` (Triton: ``READY``)."""
+    entry = dict(model)
+    if isinstance(entry.get("state"), str):
+        entry["state"] = entry["state"].removeprefix("State.")
+    return entry
+
+
 class _GrpcResult(WireResult):
     def __init__(self, response: Any) -> None:
         self._response = response
@@ -169,7 +203,7 @@ class _GrpcResult(WireResult):
         return self._response.outputs[self._index[name]]
 
     def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(int(d) for d in self._output(name).shape)
+        return tuple(self._output(name).shape)  # a repeated int64 field: ints already
 
     def datatype(self, name: str) -> str:
         return str(self._output(name).datatype)

@@ -12,6 +12,7 @@ connection may be half-read, and the worker replaces its client.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -22,9 +23,12 @@ import tritonclient.http as httpclient
 from gevent._hub_local import get_hub_if_exists
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as pb
+from tritonclient.http._utils import _raise_if_error
 from tritonclient.utils import InferenceServerException
 
+from .credentials import scrub
 from .endpoints import Endpoint, TransportSettings
+from .tls import http_context_factory
 from .translate import CallError, Status, from_http_status, from_os_error
 from .transport import RequestBuilder, Transport, WireInput, WireOutput, WireResult, refuse_unregister_all
 from .workers import Made, Workers
@@ -45,6 +49,7 @@ class _Deadline(Exception):
 def _translate(exc: BaseException) -> CallError:
     if isinstance(exc, CallError):
         return exc
+    scrub(exc)  # a server or proxy may echo what it was sent: no secret in our error or its cause
     if isinstance(exc, _Deadline):
         return CallError(Status.DEADLINE, "no answer before the deadline")
     if isinstance(exc, InferenceServerException):
@@ -69,13 +74,21 @@ class HttpTransport(Transport):
         self._requests = RequestBuilder(httpclient, binary=_BINARY)
         self._address = endpoint.address
         self._ssl = endpoint.tls
+        self._context_factory = http_context_factory(settings.credentials) if endpoint.tls else None
+        self._plugin = settings.credentials.plugin(self.protocol)
         self._workers = workers
         workers.at_thread_exit(_destroy_hub)
 
     def _new_client(self) -> Made[Client]:
         client = httpclient.InferenceServerClient(
-            self._address, ssl=self._ssl, connection_timeout=_SOCKET_TIMEOUT_S, network_timeout=_SOCKET_TIMEOUT_S
+            self._address,
+            ssl=self._ssl,
+            ssl_context_factory=self._context_factory,
+            connection_timeout=_SOCKET_TIMEOUT_S,
+            network_timeout=_SOCKET_TIMEOUT_S,
         )
+        if self._plugin is not None:
+            client.register_plugin(self._plugin)  # headers on every call (credentials.py)
         return client, client.close
 
     def _run(self, fn: Callable[[Client], T], timeout_s: float) -> T:
@@ -112,8 +125,14 @@ class HttpTransport(Transport):
         return _HttpResult(result)
 
     # -- control calls ----------------------------------------------------------------------------
+    def use_binary_tensors(self, binary: bool) -> None:
+        self._requests = RequestBuilder(httpclient, binary={"binary_data": binary})
+
     def is_model_ready(self, model: str, version: str, *, timeout_s: float) -> bool:
         return bool(self._control(lambda c: c.is_model_ready(model, version), timeout_s))
+
+    def server_metadata(self, *, timeout_s: float) -> dict[str, Any]:
+        return dict(self._control(lambda c: c.get_server_metadata(), timeout_s))
 
     def model_metadata(self, model: str, version: str, *, timeout_s: float) -> dict[str, Any]:
         return dict(self._control(lambda c: c.get_model_metadata(model, version), timeout_s))
@@ -123,7 +142,7 @@ class HttpTransport(Transport):
         return json_format.ParseDict(raw, pb.ModelConfig(), ignore_unknown_fields=True)
 
     def repository_index(self, *, timeout_s: float) -> list[dict[str, Any]]:
-        return [dict(m) for m in self._control(lambda c: c.get_model_repository_index(), timeout_s)]
+        return [dict(m) for m in self._control(_repository_index, timeout_s)]
 
     def statistics(self, model: str, *, timeout_s: float) -> dict[str, Any]:
         return dict(self._control(lambda c: c.get_inference_statistics(model), timeout_s))
@@ -141,6 +160,14 @@ class HttpTransport(Transport):
 
     def close(self) -> None:
         """Nothing to do here: each worker closes its own client as it ends (``Workers.stop``)."""
+
+
+def _repository_index(client: Client) -> Any:
+    """``POST v2/repository/index`` with ``{}`` as its body: tritonclient sends none, which Triton takes and
+    MLServer refuses (422, "Field required")."""
+    response = client._post(request_uri="v2/repository/index", request_body="{}", headers=None, query_params=None)
+    _raise_if_error(response)
+    return json.loads(response.read())
 
 
 class _HttpResult(WireResult):

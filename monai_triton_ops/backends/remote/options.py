@@ -13,6 +13,7 @@ from typing import Literal
 
 from ...errors import ConfigError
 from ..options import BackendOptions
+from .credentials import check_credential_options
 
 SharedMemory = Literal["auto", "system", "cuda", "none"]
 Compression = Literal["none", "gzip", "deflate"]
@@ -23,6 +24,14 @@ VolumeOutput = Literal["labels", "scores"]
 @dataclass(frozen=True, kw_only=True)
 class RemoteOptions(BackendOptions):
     """Options of ``grpc://``, ``grpcs://``, ``http://`` and ``https://`` backends.
+
+    TLS and auth (``credentials.py``): ``root_certificates`` a PEM file of the CA that signed the
+    server's certificate (``grpcs://``, ``https://``; default: the system's CAs), ``client_certificate``
+    and ``client_key`` PEM files for mutual TLS; ``auth_token`` (sent as ``authorization: Bearer``),
+    ``restricted_keys`` (Triton's ``--grpc-restricted-protocol`` / ``--http-restricted-api`` keys) and
+    ``headers`` name where each secret is, ``env:VARIABLE`` or ``file:PATH``, never the secret itself.
+    ``max_batch_size`` for a server without Triton's model configuration (any Open Inference Protocol
+    server, ``protocol.py``): above 0 the first dim of every tensor is the batch, at most that many.
 
     ``timeout_s`` is every inference's default deadline (a remote call always has one);
     ``ready_timeout_s`` the one deadline for the server and the model to be ready at open;
@@ -45,6 +54,12 @@ class RemoteOptions(BackendOptions):
     retries: int = 3
     backoff_s: float = 0.05
     max_backoff_s: float = 1.0
+    client_certificate: Path | None = None
+    client_key: Path | None = None
+    auth_token: str | None = None
+    restricted_keys: tuple[str, ...] = ()
+    headers: tuple[str, ...] = ()
+    max_batch_size: int | None = None
     compression: Compression = "none"
     keepalive_s: float | None = None
     root_certificates: Path | None = None
@@ -75,6 +90,9 @@ class RemoteOptions(BackendOptions):
             raise ConfigError(f"volume_output must be labels or scores, got {self.volume_output!r}")
         if self.compression not in ("none", "gzip", "deflate"):
             raise ConfigError(f"compression must be none, gzip or deflate, got {self.compression!r}")
+        check_credential_options(self)
+        if self.max_batch_size is not None and (isinstance(self.max_batch_size, bool) or self.max_batch_size < 0):
+            raise ConfigError(f"max_batch_size must be an integer >= 0, got {self.max_batch_size!r}")
 
 
 def _positive(name: str, value: float) -> None:

@@ -47,6 +47,11 @@ _CALL_TIMEOUT_S = 5.0
 _REAP_INTERVAL_S = 0.25
 
 
+def _call_timeout(deadline: float | None) -> float:
+    """A register/unregister call's deadline: ``_CALL_TIMEOUT_S``, or less when the request has less left."""
+    return _CALL_TIMEOUT_S if deadline is None else min(_CALL_TIMEOUT_S, deadline - time.monotonic())
+
+
 def aligned(size: int) -> int:
     return -(-size // ALIGN) * ALIGN
 
@@ -88,9 +93,13 @@ class RegionPool:
         self._retry_at = 0.0  # not before this time.monotonic() again
         self.registrations = 0  # how many regions were registered (tests and logs read it)
 
-    def acquire(self, byte_size: int) -> Slot:
-        """A slot whose region holds ``byte_size`` bytes, registered; grows a free slot if needed."""
-        self._retire_quarantined()
+    def acquire(self, byte_size: int, *, deadline: float | None = None) -> Slot:
+        """A slot whose region holds ``byte_size`` bytes, registered; grows a free slot if needed.
+
+        ``deadline`` (the request's) bounds the calls made on the way: a region's registration, and the tries
+        to let go of quarantined ones (the thread may be the caller's, which waits for its deadline only).
+        """
+        self._retire_quarantined(deadline)
         with self._lock:
             if self._closed:
                 raise CallError(Status.CANCELLED, "the backend is closing")
@@ -104,13 +113,16 @@ class RegionPool:
             self._busy.add(slot)
         try:
             if slot.capacity < byte_size:
-                self._grow(slot, byte_size)
+                self._grow(slot, byte_size, deadline)
         except BaseException:
             self.release(slot)
             raise
         return slot
 
-    def _grow(self, slot: Slot, byte_size: int) -> None:
+    def _grow(self, slot: Slot, byte_size: int, deadline: float | None) -> None:
+        timeout = _call_timeout(deadline)
+        if timeout <= 0:
+            raise CallError(Status.DEADLINE, "the deadline passed before a shared memory region was registered")
         old = slot.region
         size = max(byte_size, 2 * old.byte_size) if old is not None else byte_size
         slot.region = None
@@ -118,7 +130,7 @@ class RegionPool:
             old.close()
         region = SystemRegion(size)
         try:
-            self._transport.register_system_shm(region.name, region.key, region.byte_size, timeout_s=_CALL_TIMEOUT_S)
+            self._transport.register_system_shm(region.name, region.key, region.byte_size, timeout_s=timeout)
         except BaseException:
             region.close(unregister=False)
             raise
@@ -180,20 +192,24 @@ class RegionPool:
         if not keep and slot.region is not None:
             slot.region.close()
 
-    def quarantine(self, slot: Slot) -> None:
+    def quarantine(self, slot: Slot, *, deadline: float | None = None) -> None:
         """Retire a slot the server may still be using; it is unlinked once the server lets it go."""
         with self._lock:
             self._busy.discard(slot)
             self._quarantined.add(slot)
             finished = self._finished
         if finished:  # close() is over: one last try, then the file goes either way
-            if not self._try_retire(slot) and slot.region is not None:
+            timeout = _call_timeout(deadline)
+            if (timeout <= 0 or not self._try_retire(slot, timeout)) and slot.region is not None:
                 slot.region.close(unregister=False)
             return
-        self._retire_quarantined()  # the server often lets go at once (a refused or queue-full request)
+        self._retire_quarantined(deadline)  # the server often lets go at once (a refused or queue-full request)
 
-    def _retire_quarantined(self) -> None:
-        """Try to unregister the quarantined slots, on the calling worker, at most every ``_REAP_INTERVAL_S``."""
+    def _retire_quarantined(self, deadline: float | None = None) -> None:
+        """Try to unregister the quarantined slots, on the calling thread, at most every ``_REAP_INTERVAL_S``; each
+        try ends by ``deadline`` (none is made past it: the next request, or ``close()``, tries again)."""
+        if _call_timeout(deadline) <= 0:
+            return
         with self._lock:
             if self._closed or self._retiring or not self._quarantined or time.monotonic() < self._retry_at:
                 return
@@ -201,13 +217,16 @@ class RegionPool:
             pending = list(self._quarantined)
         try:
             for slot in pending:
-                self._try_retire(slot)
+                timeout = _call_timeout(deadline)
+                if timeout <= 0:
+                    break
+                self._try_retire(slot, timeout)
         finally:
             with self._lock:
                 self._retiring = False
                 self._retry_at = time.monotonic() + _REAP_INTERVAL_S
 
-    def _try_retire(self, slot: Slot) -> bool:
+    def _try_retire(self, slot: Slot, timeout_s: float = _CALL_TIMEOUT_S) -> bool:
         """Unregister a quarantined slot's region; on success unlink it. Returns whether it is gone."""
         with self._lock:
             if slot not in self._quarantined:
@@ -215,7 +234,7 @@ class RegionPool:
         region = slot.region
         if region is not None and not region.closed:
             try:
-                self._transport.unregister_system_shm(region.name, timeout_s=_CALL_TIMEOUT_S)
+                self._transport.unregister_system_shm(region.name, timeout_s=timeout_s)
             except Exception as exc:  # most often "currently in use": the server still works on that request
                 logger.debug("region %s not released yet: %s", region.name, exc)
                 return False

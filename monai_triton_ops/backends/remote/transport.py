@@ -69,6 +69,8 @@ class Transport(ABC):
 
     protocol: str
     url: str
+    #: Whether any thread may call ``infer`` (else only the backend's workers may, each with its own client).
+    any_thread: bool = False
 
     @abstractmethod
     def infer(
@@ -86,6 +88,14 @@ class Transport(ABC):
 
     @abstractmethod
     def is_model_ready(self, model: str, version: str, *, timeout_s: float) -> bool: ...
+
+    @abstractmethod
+    def server_metadata(self, *, timeout_s: float) -> dict[str, Any]:
+        """``{"name", "version", "extensions": [str]}`` as the server reports it (``protocol.py`` reads it)."""
+
+    @abstractmethod
+    def use_binary_tensors(self, binary: bool) -> None:
+        """Whether request and response bodies carry tensors as binary (HTTP; gRPC always does)."""
 
     @abstractmethod
     def model_metadata(self, model: str, version: str, *, timeout_s: float) -> dict[str, Any]:
@@ -123,24 +133,25 @@ class RequestBuilder:
 
     ``binary`` goes to the body setters: ``{"binary_data": True}`` for HTTP, ``{}`` for gRPC. The objects of a
     request whose tensors are all in shared memory depend only on the slot and the shapes, and tritonclient only
-    reads them, so they are kept and reused (a sliding window sends the same few again and again).
+    reads them, so they are kept and reused (a sliding window sends the same few again and again). They are found
+    by the identity of the ``inputs`` and ``outputs`` sequences, which the exchange keeps per slot and layout
+    (hashing the specs cost more than building anew); the entry holds both, so their ids are not reused meanwhile.
     """
 
     def __init__(self, client: ModuleType, *, binary: dict[str, Any]) -> None:
         self._client = client
         self._binary = binary
-        self._kept: dict[tuple[tuple[WireInput, ...], tuple[WireOutput, ...]], tuple[list[Any], list[Any]]] = {}
+        self._kept: dict[int, tuple[Sequence[WireInput], Sequence[WireOutput], tuple[list[Any], list[Any]]]] = {}
 
     def build(self, inputs: Sequence[WireInput], outputs: Sequence[WireOutput]) -> tuple[list[Any], list[Any]]:
-        if any(spec.data is not None for spec in inputs):
-            return build_request(self._client, inputs, outputs, binary=self._binary)
-        key = (tuple(inputs), tuple(outputs))
-        built = self._kept.get(key)
-        if built is None:
-            built = build_request(self._client, inputs, outputs, binary=self._binary)
+        kept = self._kept.get(id(inputs))
+        if kept is not None and kept[0] is inputs and kept[1] is outputs:
+            return kept[2]
+        built = build_request(self._client, inputs, outputs, binary=self._binary)
+        if all(spec.shm is not None for spec in inputs):  # a body request's objects hold its data: never kept
             if len(self._kept) >= _KEPT_REQUESTS:
                 self._kept.clear()
-            self._kept[key] = built
+            self._kept[id(inputs)] = (inputs, outputs, built)
         return built
 
 

@@ -9,7 +9,7 @@
 - ``copy_app()``: the example as it runs (``upstream-fix.patch``), and with ``port.patch``: the whole migration.
 - ``write_ct_series()``: a small synthetic abdominal CT series (ORIGINAL/PRIMARY, as the example selects).
 - ``save_spleen_standin()``: the spleen bundle's 3D UNet with random weights (seed 0), TorchScript.
-- ``server_repository()``: the server side of the example's client-side ``config.pbtxt``.
+- ``server_repository()``: the server side of the example's client-side ``config.pbtxt`` (``repo build --like``).
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from google.protobuf import text_format
 from monai.networks.nets import UNet
 from pydicom.dataset import Dataset, FileMetaDataset
 from pydicom.uid import CTImageStorage, ExplicitVRLittleEndian, generate_uid
-from tritonclient.grpc import model_config_pb2
+
+from monai_triton_ops.repository.builder import build_repository
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
@@ -36,7 +36,6 @@ PORT_PATCH = HERE / "port.patch"
 #: (which needs trimesh, scikit-image and SimpleITK too). Its comment says the STL step is optional: commented out.
 UPSTREAM_FIX = HERE / "upstream-fix.patch"
 MODEL_NAME = "spleen_ct"
-RUNNER = ROOT / "monai_triton_ops" / "repository" / "runner" / "model.py"
 
 
 def upstream_app() -> Path | None:
@@ -124,26 +123,11 @@ def save_spleen_standin(path: Path) -> Path:
     return path
 
 
-def server_repository(client_config: Path, model: Path, repo: Path) -> Path:
-    """The server side of the example's client-side config: same name, tensors, batching and policy.
-
-    TODO(lead): replace with ``monai-triton repo build MODEL --like CLIENT_CONFIG --flavor python`` once the
-    migrate-repo engineer's ``--like`` lands; until then the client config is turned into a Python-backend
-    config here by hand: the runner instead of ``pytorch_libtorch`` (no libtorch backend on this server),
-    KIND_CPU instead of KIND_GPU, and the TorchScript file named by ``torchscript_filename``.
-    """
-    config = model_config_pb2.ModelConfig()
-    text_format.Parse(client_config.read_text(), config)
-    config.name = MODEL_NAME
-    config.platform = ""
-    config.backend = "python"
-    config.default_model_filename = ""
-    for group in config.instance_group:
-        group.kind = model_config_pb2.ModelInstanceGroup.Kind.KIND_CPU
-    config.parameters["torchscript_filename"].string_value = "model.pt"
-    folder = repo / MODEL_NAME
-    (folder / "1").mkdir(parents=True)
-    (folder / "config.pbtxt").write_text(text_format.MessageToString(config))
-    shutil.copyfile(model, folder / "1" / "model.pt")
-    shutil.copyfile(RUNNER, folder / "1" / "model.py")
+def server_repository(client_folder: Path, model: Path, repo: Path) -> Path:
+    """The server side of the example's client-side model folder, as a user makes it: ``monai-triton repo build
+    MODEL --like models_client_side/spleen_ct --flavor python --instance-kind cpu``. Name, tensors, batching,
+    version policy, parameters and ``default_model_filename`` come from the example's ``config.pbtxt``; the
+    python runner serves it instead of ``pytorch_libtorch`` (this server has no libtorch backend), on CPU
+    instances instead of ``KIND_GPU``."""
+    build_repository(model, repo, like=client_folder, flavor="python", instance_kind="cpu")
     return repo

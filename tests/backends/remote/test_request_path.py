@@ -1,6 +1,7 @@
 """The request path's own promises: retries are a loop on the worker bounded by the deadline, counted exactly; no
 thread per retry; one pool of ``max_in_flight`` threads; ``submit`` never waits for the network; a cancel frees a
-worker waiting out a backoff; open/close cycles leave no threads or files.
+worker waiting out a backoff; open/close cycles leave no threads or files. And ``infer()`` over gRPC on the
+caller's thread: counted with submitted requests against ``max_in_flight``, ended by its deadline and by ``close()``.
 
 Attempts are counted by the server, not by us: a model that answers every request with ``UNAVAILABLE`` (what Triton
 says for a full queue or a model still loading) fails each attempt, and the statistics endpoint's execution count
@@ -19,7 +20,7 @@ import numpy as np
 import pytest
 
 from monai_triton_ops import create_backend
-from monai_triton_ops.errors import InferenceTimeoutError, ServerUnavailableError
+from monai_triton_ops.errors import BackendStateError, InferenceTimeoutError, ServerUnavailableError
 from monai_triton_ops.server import LocalTritonServer, TritonInstall
 
 from ... import triton_models
@@ -41,6 +42,7 @@ def server(triton_install: TritonInstall, tmp_path_factory: pytest.TempPathFacto
         "'busy, try later', pb_utils.TritonError.UNAVAILABLE)))\n",
     )
     triton_models.identity(repo, "ident", dims=(-1,))
+    triton_models.slow(repo, "two_seconds", delay_s=2.0)
     yield from serve(repo, tmp_path_factory.mktemp("server_tmp"))
 
 
@@ -179,3 +181,98 @@ def test_open_close_cycles_leave_no_threads_or_open_files(server: LocalTritonSer
         time.sleep(0.1)
     assert len(os.listdir("/proc/self/fd")) <= files
     assert threading.active_count() <= threads
+
+
+# -- infer() on the caller's thread (gRPC) ------------------------------------------------------------
+def _spy_on_sends(backend: object) -> tuple[list[threading.Thread], list[int]]:
+    """Record the thread of every attempt and the most attempts out at once (a spy: the real send runs)."""
+    exchange = backend._exchange  # type: ignore[attr-defined]
+    send, lock = exchange.send, threading.Lock()
+    threads: list[threading.Thread] = []
+    out, most = [0], [0]
+
+    def spying(transport: object, request: object) -> object:
+        with lock:
+            threads.append(threading.current_thread())
+            out[0] += 1
+            most[0] = max(most[0], out[0])
+        try:
+            return send(transport, request)
+        finally:
+            with lock:
+                out[0] -= 1
+
+    exchange.send = spying
+    return threads, most
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_infer_runs_on_the_callers_thread_over_grpc_and_on_a_worker_over_http(
+    server: LocalTritonServer, open_backend: Open, scheme: str
+) -> None:
+    """tritonclient's HTTP client belongs to the thread that made it: HTTP requests stay on the workers."""
+    backend = open_backend(f"{url(server, scheme)}?shared_memory=system", "ident")
+    threads, _ = _spy_on_sends(backend)
+    for i in range(3):
+        np.testing.assert_array_equal(backend.infer({"INPUT__0": _X * i})["OUTPUT__0"], _X * i)
+    if scheme == "grpc":
+        assert threads == [threading.current_thread()] * 3
+    else:
+        assert all(t.name.startswith("remote-ident-") for t in threads)
+
+
+def test_inline_and_submitted_requests_share_max_in_flight(server: LocalTritonServer, open_backend: Open) -> None:
+    backend = open_backend(f"{server.grpc_url}?max_in_flight=2&shared_memory=system", "ident")
+    threads, most = _spy_on_sends(backend)
+    results: dict[tuple[int, int], np.ndarray] = {}
+
+    def caller(k: int) -> None:
+        for i in range(15):
+            results[k, i] = backend.infer({"INPUT__0": _X * (100 * k + i)})["OUTPUT__0"]
+
+    callers = [threading.Thread(target=caller, args=(k,)) for k in range(3)]
+    for thread in callers:
+        thread.start()
+    futures = [backend.submit({"INPUT__0": _X * -i}) for i in range(30)]
+    for thread in callers:
+        thread.join(timeout=120)
+    for i, future in enumerate(futures):
+        np.testing.assert_array_equal(future.result(timeout=60)["OUTPUT__0"], _X * -i)
+    for (k, i), out in results.items():
+        np.testing.assert_array_equal(out, _X * (100 * k + i))
+    assert len(results) == 45
+    assert most[0] <= 2
+    assert any(t in callers for t in threads), "no infer() ran on its caller's thread"
+    assert any(t.name.startswith("remote-ident-") for t in threads)
+
+
+def test_an_inline_call_ends_at_its_deadline(server: LocalTritonServer, open_backend: Open) -> None:
+    """The gRPC call carries the time left: the caller gets the deadline's error then, not when the model is done."""
+    backend = open_backend(f"{server.grpc_url}?shared_memory=system", "two_seconds")
+    started = time.monotonic()
+    with pytest.raises(InferenceTimeoutError, match=r"model 'two_seconds': no answer within the deadline of 0\.3 s"):
+        backend.infer({"INPUT__0": _X}, timeout_s=0.3)
+    assert time.monotonic() - started < 1.6  # the model takes 2 s
+
+
+def test_close_ends_an_inline_call_waiting_out_a_backoff(server: LocalTritonServer, open_backend: Open) -> None:
+    backend = open_backend(f"{server.grpc_url}?retries=5&backoff_s=30&max_backoff_s=30", "busy")
+    before = executions(backend)
+    outcome: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            backend.infer({"INPUT__0": _X}, timeout_s=120)
+        except BaseException as exc:  # read below
+            outcome.append(exc)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    deadline = time.monotonic() + 30
+    while executions(backend) == before and time.monotonic() < deadline:  # its first attempt failed: in backoff
+        time.sleep(0.05)
+    backend.close(timeout_s=0.1)
+    caller.join(timeout=10)  # not the 30 s backoff
+    assert not caller.is_alive()
+    assert len(outcome) == 1
+    assert isinstance(outcome[0], BackendStateError), outcome
