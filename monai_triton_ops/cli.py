@@ -3,6 +3,8 @@
     monai-triton exec APP -i IN -o OUT -m MODELS [--backend SPEC] [-w DIR] [-t HOST:PORT] [APP OPTIONS]
     monai-triton repo build MODEL -o REPO --name NAME [--flavor python|libtorch] [--input-shape 1,1,96,96,96 ...]
                             [--like CONFIG] [--input-name NAME ...] [--output-name NAME ...]
+                            [--whole-volume [--max-volume-mb N]]
+    monai-triton repo wrap REPO --name NAME [--max-volume-mb N] [--network-output NAME] [--force]
     monai-triton repo check [REPO] [--server URL]
     monai-triton repo describe MODEL
     monai-triton config MODEL [--name NAME] [same options as repo build]
@@ -138,8 +140,29 @@ def _add_repo(commands: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--name", help="model name: the folder name inside the repository (default: --like's name)")
     p.add_argument("--version", type=int, default=1, help="version folder (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="replace an existing model of that name (all versions)")
+    p.add_argument(
+        "--whole-volume", action="store_true",
+        help="also write NAME_volume: the sliding window on the server, for clients in mode=volume (repo wrap)",
+    )  # fmt: skip
+    _add_volume_limit(p)
     _add_model_options(p)
     p.set_defaults(handler=_run_repo_build)
+    p = actions.add_parser(
+        "wrap", help="add NAME_volume next to model NAME: whole volumes in, MONAI's sliding window on the server"
+    )
+    p.add_argument("repository", type=Path, help="model repository holding NAME (with its config.pbtxt)")
+    p.add_argument("--name", required=True, help="the network's model name; the new model is NAME_volume")
+    p.add_argument("--network-output", metavar="NAME", help="the network output to blend (default: the first)")
+    _add_volume_limit(p)
+    p.add_argument(
+        "--max-in-flight", type=int, default=2, metavar="N",
+        help="network requests one volume keeps in flight (default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument("--instance-kind", default="cpu", help="where the blending runs: cpu (default) or gpu")
+    p.add_argument("--instance-count", type=int, default=1, help="volumes served at once (default: %(default)s)")
+    p.add_argument("--force", action="store_true", help="replace an existing NAME_volume")
+    _add_log_level(p)
+    p.set_defaults(handler=_run_repo_wrap)
     p = actions.add_parser(
         "check", help="parse every model's config.pbtxt, compare it with the model file (and a server), list all"
     )
@@ -158,6 +181,16 @@ def _add_repo(commands: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--bundle-metadata", type=Path, help="MONAI bundle folder or its configs/metadata.json")
     _add_log_level(p)
     p.set_defaults(handler=_run_repo_describe)
+
+
+def _add_volume_limit(p: argparse.ArgumentParser) -> None:
+    from .repository.volume import DEFAULT_MAX_VOLUME_MB
+
+    p.add_argument(
+        "--max-volume-mb", type=int, default=DEFAULT_MAX_VOLUME_MB, metavar="N",
+        help="the largest volume NAME_volume accepts, in MB of input (default: %(default)s; the server needs "
+        "several times that, see docs/remote.md)",
+    )  # fmt: skip
 
 
 def _add_config(commands: argparse._SubParsersAction[Any]) -> None:
@@ -265,10 +298,32 @@ def _model_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run_repo_build(args: argparse.Namespace) -> int:
-    from .repository.builder import build_repository
+    from .repository.builder import build_repository, generate_config
+    from .repository.volume import plan_volume, wrap_network
 
-    folder = build_repository(
-        args.model, args.output, args.name, version=args.version, force=args.force, **_model_options(args)
+    options = _model_options(args)
+    if args.whole_volume:  # a network that cannot be wrapped is refused before anything is written
+        signature, _, _ = generate_config(args.model, args.name, **options)
+        plan_volume(signature, max_volume_mb=args.max_volume_mb)
+    folder = build_repository(args.model, args.output, args.name, version=args.version, force=args.force, **options)
+    print(f"wrote {folder}")
+    if args.whole_volume:
+        print(f"wrote {wrap_network(args.output, folder.name, max_volume_mb=args.max_volume_mb, force=args.force)}")
+    return exits.OK
+
+
+def _run_repo_wrap(args: argparse.Namespace) -> int:
+    from .repository.volume import wrap_network
+
+    folder = wrap_network(
+        args.repository,
+        args.name,
+        output=args.network_output,
+        max_volume_mb=args.max_volume_mb,
+        max_in_flight=args.max_in_flight,
+        instance_kind=args.instance_kind,
+        instance_count=args.instance_count,
+        force=args.force,
     )
     print(f"wrote {folder}")
     return exits.OK

@@ -135,6 +135,48 @@ def mixed_fleet(tmp_path: Path) -> BaseException:
         return raised(lambda: create_backend(f"{first.grpc_url},{second.grpc_address}", "seg").open())
 
 
+def no_volume_model(tmp_path: Path) -> BaseException:
+    """``mode=volume`` against a real server that serves the network (a stand-in without torch) and no volume model."""
+    from . import triton_models
+
+    try:
+        find_tritonserver()
+    except exits.ServerError:
+        pytest.skip("no tritonserver installed")
+    repo = triton_models.passthrough(tmp_path / "served", "seg", dims=(-1, 1, -1, -1, -1))
+    with LocalTritonServer(repo, startup_timeout_s=180.0) as server:
+        backend = create_backend(f"{server.grpc_url}?mode=volume&ready_timeout_s=10", "seg")
+        try:
+            return raised(backend.open)
+        finally:
+            backend.close()
+
+
+def volume_over_limit() -> BaseException:
+    """The client's check before a whole-volume request is sent (the server's own check: tests/backends/remote)."""
+    from monai_triton_ops.pipeline.volume import check_volume_size
+    from monai_triton_ops.repository.volume import plan_volume
+    from monai_triton_ops.signature import ModelSignature, TensorSpec
+
+    network = ModelSignature(
+        name="seg",
+        inputs=(TensorSpec(name="x", dtype="FP32", shape=(-1, 1, -1, -1, -1)),),
+        outputs=(TensorSpec(name="y", dtype="FP32", shape=(-1, 3, -1, -1, -1)),),
+    )
+    _, spec = plan_volume(network, max_volume_mb=1)
+    backend = create_backend("grpc://127.0.0.1:9?mode=volume", "seg")  # created, not opened: nothing connects
+    return raised(lambda: check_volume_size(torch.zeros(1, 1, 80, 64, 64), backend, spec))
+
+
+def two_inputs_wrapped(tmp_path: Path) -> BaseException:
+    from monai_triton_ops.repository.volume import wrap_network
+
+    from .conftest import TWO_META, TwoInTwoOut
+
+    build_repository(save_model(TwoInTwoOut(), tmp_path / "two.pt", TWO_META), tmp_path / "two_repo", "seg")
+    return raised(lambda: wrap_network(tmp_path / "two_repo", "seg"))
+
+
 def untrusted_tls(tmp_path: Path) -> BaseException:
     """A real TLS listener on loopback whose certificate another CA signed than the one the client is given."""
     import ssl
@@ -415,6 +457,15 @@ def triggers(tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch) -> dic
         ),
         "model 'seg': the post-transforms failed on a dictionary with keys [...] (input_dataset_key 'image', "
         "pred_dataset_key 'pred'): ...": lambda: raised(lambda: infer(repo, volume(), **dictionary_chain("seg"))),
+        "model 'seg_volume' is not on grpc://...; the server has: ...; mode=volume needs the whole-volume model "
+        "'seg_volume' beside 'seg': make it with 'monai-triton repo wrap REPO --name seg' ...": lambda: no_volume_model(
+            tmp_path
+        ),
+        "model 'seg_volume' input 'x': the volume of shape [...] holds ... MB, over the server's limit of 1 MB for one "
+        "whole-volume request (max_volume_mb; ...": volume_over_limit,
+        "model 'seg' has 2 inputs [...]; a sliding window feeds one, so it cannot be wrapped as a whole-volume model": (
+            lambda: two_inputs_wrapped(tmp_path)
+        ),
         "internal error: ValueError: ... (a bug: rerun with -l DEBUG and report the traceback)": lambda: ValueError(
             "an unexpected failure"
         ),

@@ -48,7 +48,7 @@ from ..validation import InputChecks, check_outputs
 from .arrays import ArrayFamily, ArrayLike, batch_of, join, to_family
 from .deadlines import call_at
 from .options import BackendOptions
-from .requests import Call, InferRequest, complete, split_requests, wanted_outputs
+from .requests import Call, InferRequest, Parameter, checked_parameters, complete, split_requests, wanted_outputs
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -82,6 +82,8 @@ class BaseBackend(ABC):
     kind: ClassVar[str] = "base"
     #: The frozen dataclass of options this backend accepts.
     options_type: ClassVar[type[BackendOptions]] = BackendOptions
+    #: Whether requests may carry Triton request parameters (``submit(..., parameters=...)``) to the model.
+    takes_parameters: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -234,15 +236,17 @@ class BaseBackend(ABC):
         *,
         outputs: Sequence[str] | None = None,
         timeout_s: float | None = None,
+        parameters: Mapping[str, Parameter] | None = None,
     ) -> Future[dict[str, ArrayLike]]:
         """Start one inference; the future holds every requested output (default: all).
 
         Inputs are checked against the signature before anything runs; a batch above
         ``max_batch_size`` is split into requests and joined back in order. Outputs come back in
         the first input's array family and on its device. ``timeout_s`` (default: the options')
-        bounds the whole call; past it the future raises ``InferenceTimeoutError``.
+        bounds the whole call; past it the future raises ``InferenceTimeoutError``. ``parameters``
+        are Triton request parameters for the model (backends with ``takes_parameters`` only).
         """
-        call = self._prepare("submit()", inputs, outputs, timeout_s)
+        call = self._prepare("submit()", inputs, outputs, timeout_s, parameters)
         self._enqueue(call)
         return call.future
 
@@ -252,6 +256,7 @@ class BaseBackend(ABC):
         *,
         outputs: Sequence[str] | None = None,
         timeout_s: float | None = None,
+        parameters: Mapping[str, Parameter] | None = None,
     ) -> dict[str, ArrayLike]:
         """``submit(...).result()``: run the model and return the requested outputs.
 
@@ -259,7 +264,7 @@ class BaseBackend(ABC):
         call on the caller's thread while fewer than ``max_in_flight`` requests are out: no hand-off
         to a worker and back. Same checks, limits, deadline and errors as ``submit``.
         """
-        call = self._prepare("infer()", inputs, outputs, timeout_s)
+        call = self._prepare("infer()", inputs, outputs, timeout_s, parameters)
         if len(call.requests) == 1 and self._can_infer_here() and self._start_here(call):
             return self._run_here(call)
         self._enqueue(call)
@@ -282,16 +287,22 @@ class BaseBackend(ABC):
 
     # -- the machinery -----------------------------------------------------------------------
     def _prepare(
-        self, what: str, inputs: Mapping[str, ArrayLike], outputs: Sequence[str] | None, timeout_s: float | None
+        self,
+        what: str,
+        inputs: Mapping[str, ArrayLike],
+        outputs: Sequence[str] | None,
+        timeout_s: float | None,
+        parameters: Mapping[str, Parameter] | None = None,
     ) -> Call:
         """The checked call: inputs validated, requests within ``max_batch_size``, its deadline fixed."""
         signature, check_inputs = self._signature_if_open(what)
         check_inputs(inputs)
+        given_parameters = checked_parameters(self, parameters)
         wanted = wanted_outputs(signature, outputs)
         timeout = self.options.timeout_s if timeout_s is None else timeout_s
         if timeout is not None and not timeout > 0:
             raise UsageError(f"model {self.model_name!r}: timeout_s must be > 0 seconds, got {timeout!r}")
-        call = Call(split_requests(self.model_name, signature, inputs, wanted, timeout), timeout)
+        call = Call(split_requests(self.model_name, signature, inputs, wanted, timeout, given_parameters), timeout)
         if logger.isEnabledFor(logging.DEBUG):
             shapes = {n: tuple(v.shape) for n, v in inputs.items()}
             logger.debug("%r %s: %d request(s) of %s", self, what, len(call.requests), shapes)

@@ -11,14 +11,18 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, InvalidStateError
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
-from ..errors import InputValidationError
+from ..errors import InputValidationError, UsageError
 from ..signature import ModelSignature
 from .arrays import ArrayFamily, ArrayLike, as_torch, batch_of, split
 from .deadlines import Timer
+
+#: A Triton request parameter's value (the inference protocol carries strings, integers and booleans).
+Parameter = str | int | bool
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -30,6 +34,7 @@ class InferRequest:
     outputs: tuple[str, ...]  # the outputs to return, in signature order
     family: ArrayFamily  # what the caller gets back (the base converts)
     deadline: float | None  # time.monotonic() deadline, or None
+    parameters: Mapping[str, Parameter] = field(default_factory=dict)  # Triton request parameters, if any
 
     def remaining_s(self) -> float | None:
         """Seconds left until the deadline (negative once passed), or ``None`` without one."""
@@ -92,16 +97,19 @@ def split_requests(
     inputs: Mapping[str, ArrayLike],
     outputs: tuple[str, ...],
     timeout_s: float | None,
+    parameters: Mapping[str, Parameter] | None = None,
 ) -> list[InferRequest]:
     """The requests of one call: its (validated) inputs in signature order, in parts of at most ``max_batch_size``
-    along the batch axis, all with the same deadline."""
+    along the batch axis, all with the same deadline and Triton request parameters."""
     given = {name: unwrapped(inputs[name]) for name in signature.input_names}
     family = ArrayFamily.of(given[signature.input_names[0]])
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     limit = signature.max_batch_size
     whole = signature.batch_axis != 0 or limit <= 0 or batch_of(given) <= limit
     return [
-        InferRequest(model=model, inputs=part, outputs=outputs, family=family, deadline=deadline)
+        InferRequest(
+            model=model, inputs=part, outputs=outputs, family=family, deadline=deadline, parameters=parameters or {}
+        )
         for part in ([given] if whole else split(given, limit))
     ]
 
@@ -123,6 +131,21 @@ def wanted_outputs(signature: ModelSignature, outputs: Sequence[str] | None) -> 
             f"{list(signature.output_names)}"
         )
     return tuple(name for name in signature.output_names if name in requested)
+
+
+def checked_parameters(backend: Any, parameters: Mapping[str, Parameter] | None) -> Mapping[str, Parameter]:
+    """A request's Triton parameters, checked: only for a backend that ``takes_parameters``, scalar values."""
+    if not parameters:
+        return {}
+    if not backend.takes_parameters:
+        raise UsageError(
+            f"model {backend.model_name!r}: the {backend.kind} backend passes no request parameters "
+            f"({sorted(parameters)}); they are for models on a Triton server (grpc://, http://)"
+        )
+    bad = {k: v for k, v in parameters.items() if not isinstance(k, str) or not isinstance(v, str | int | bool)}
+    if bad:
+        raise UsageError(f"model {backend.model_name!r}: request parameters must map names to str, int or bool: {bad}")
+    return dict(parameters)
 
 
 def complete(

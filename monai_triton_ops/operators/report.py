@@ -1,6 +1,8 @@
 """The one line a run prints at the default log level: which backend ran the model, where, how, how long.
 
     model 'spleen_ct' ran on grpc (remote Triton at 127.0.0.1:8001 over gRPC, system shared memory): 1 image, 3.21 s
+    model 'spleen_ct' ran on grpc (remote Triton at 10.0.0.5:8001 over gRPC, tensors in the request body, whole
+    volume to 'spleen_ct_volume'): 1 image, 2.75 s
 
 It is logged by ``monai_triton_ops.run`` at INFO, and that logger lets INFO through at the default
 ``-l WARN`` (``console.configure`` gives it its own level), so a successful run says what it did in
@@ -29,6 +31,8 @@ def describe_backend(backend: BaseBackend) -> str:
         scheme, _, host = urls[0].partition("://")
         memory = getattr(backend, "shared_memory", None)
         extra = f", {memory} shared memory" if memory == "system" else ", tensors in the request body"
+        if getattr(backend.options, "mode", "window") == "volume":
+            extra += f", whole volume to {backend.model_name!r}"
         return f"{scheme} (remote Triton at {host} over {_TRANSPORTS.get(scheme, scheme)}{extra})"
     if kind == "torch":
         device = getattr(backend.options, "device", "cpu")

@@ -26,8 +26,7 @@ from monai.transforms import Compose, LoadImaged, MapTransform
 
 from ..backends.base import BaseBackend
 from ..errors import ConfigError
-from .predictor import Predictor
-from .run import InferenceSettings, Transform, check_spatial_rank, make_inferer
+from .run import InferenceSettings, Transform, check_spatial_rank, predict
 
 logger = logging.getLogger(__name__)
 
@@ -77,9 +76,8 @@ def run_dictionary_inference(
     images = batch[input_key]
     check_spatial_rank(images[0], backend)
     logger.info("inferring %s image of shape %s with %r", settings.inferer, tuple(images.shape[1:]), backend)
-    predictor = Predictor(backend, request_batch_size=settings.request_batch_size)
     with torch.no_grad():
-        batch[pred_key] = make_inferer(settings)(images, predictor)
+        batch[pred_key] = predict(images, backend, settings)
     if not isinstance(batch[pred_key], torch.Tensor):
         raise ConfigError("the inferer returned several outputs; pick one with the backend's output_name option")
     items = [_apply(post_transforms, i, "post", input_key, pred_key, backend) for i in decollate_batch(batch)]

@@ -104,8 +104,7 @@ def run_inference(
     check_spatial_rank(tensor, backend)
     batch = tensor.unsqueeze(0)
     logger.info("inferring %s image of shape %s with %r", settings.inferer, tuple(tensor.shape), backend)
-    predictor = Predictor(backend, request_batch_size=settings.request_batch_size)
-    prediction = make_inferer(settings)(batch, predictor)
+    prediction = predict(batch, backend, settings)
     if not isinstance(prediction, torch.Tensor):
         raise ConfigError("the inferer returned several outputs; pick one with the backend's output_name option")
     result = prediction[0]
@@ -114,6 +113,20 @@ def run_inference(
 
         result = MetaTensor(result, meta=tensor.meta)
     return post_transforms(result) if post_transforms else result
+
+
+def predict(batch: torch.Tensor, backend: BaseBackend, settings: InferenceSettings) -> Any:
+    """The inferer over the backend: here, window by window, or on the server for a whole-volume model.
+
+    A whole-volume model (``mode=volume`` on a remote backend) gets the image once with the settings as
+    request parameters and runs the same inferer beside the server (``pipeline/volume.py``).
+    """
+    from .volume import infer_volume, volume_spec
+
+    spec = volume_spec(backend)
+    if spec is not None:
+        return infer_volume(batch, backend, settings, spec)
+    return make_inferer(settings)(batch, Predictor(backend, request_batch_size=settings.request_batch_size))
 
 
 def check_spatial_rank(tensor: torch.Tensor, backend: BaseBackend) -> None:

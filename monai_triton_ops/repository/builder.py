@@ -14,6 +14,7 @@ import os
 import secrets
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -91,36 +92,46 @@ def build_repository(
     repo = Path(repository)
     if repo.exists() and not repo.is_dir():
         raise RepositoryError(f"model repository {str(repo)!r} exists and is not a folder")
-    target = repo / name
-    _check_free(target, name, force)
+    _check_free(repo / name, name, force)
     signature, text = render_entry(plan)
-    created = _repository_folder(repo)  # only now: a failure above leaves no empty folder behind
-    try:
-        _stage_and_swap(repo, target, Path(model_path), text, version, signature, options, force)
-    except BaseException:
-        for folder in created:  # the folders this call made, deepest first
-            shutil.rmtree(folder, ignore_errors=True)
-        raise
+
+    def write(staging: Path) -> None:
+        _write_entry(staging, Path(model_path), text, version, options)
+        check_config_text((staging / layout.CONFIG_FILENAME).read_text(encoding="utf-8"), signature, options)
+
+    target = install_entry(repo, name, write, force=force)
     logger.info("wrote model %r version %d (%s flavour) to %s", name, version, options.flavor, target)
     return target
 
 
-def _stage_and_swap(
-    repo: Path,
-    target: Path,
-    model_path: Path,
-    text: str,
-    version: int,
-    signature: ModelSignature,
-    options: ConfigOptions,
-    force: bool,
-) -> None:
+def install_entry(repository: str | Path, name: str, write: Callable[[Path], None], *, force: bool) -> Path:
+    """Put model folder ``name`` into ``repository``, all or nothing; returns the folder.
+
+    ``write(staging)`` fills a hidden staging folder next to the target (and checks what it wrote); only
+    then is it renamed into place. An existing folder is replaced only with ``force``; a failure leaves the
+    repository as it was, without even the folders this call would have created.
+    """
+    repo = Path(repository)
+    if repo.exists() and not repo.is_dir():
+        raise RepositoryError(f"model repository {str(repo)!r} exists and is not a folder")
+    target = repo / name
+    _check_free(target, name, force)
+    created = _repository_folder(repo)
+    try:
+        _stage_and_swap(repo, target, write, force)
+    except BaseException:
+        for folder in created:  # the folders this call made, deepest first
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return target
+
+
+def _stage_and_swap(repo: Path, target: Path, write: Callable[[Path], None], force: bool) -> None:
     """Write the entry into a hidden staging folder, check it, then rename it into place."""
     name = target.name
     staging = _staging_folder(repo, name)
     try:
-        _write_entry(staging, model_path, text, version, options)
-        check_config_text((staging / layout.CONFIG_FILENAME).read_text(encoding="utf-8"), signature, options)
+        write(staging)
         _swap_in(staging, target, name, force)
     except OSError as exc:
         raise RepositoryError(f"cannot write model {name!r} into {str(repo)!r}: {exc}") from exc

@@ -135,9 +135,13 @@ def _check_version(
     folder: Path, entry: LocalEntry, kind: str, declared: ModelSignature | None
 ) -> tuple[ModelSignature | None, list[str]]:
     """The signature in this version's model file (if any) and what contradicts the declared one."""
-    if kind == servable.PYTHON_MODEL:
-        has_runner = (folder / RUNNER_FILENAME).is_file()
-        return None, [] if has_runner else [f"no {RUNNER_FILENAME} in {str(folder)!r} for the python backend"]
+    if kind in (servable.PYTHON_MODEL, servable.WHOLE_VOLUME):
+        runner = (folder / RUNNER_FILENAME).is_file()
+        issues = [] if runner else [f"no {RUNNER_FILENAME} in {str(folder)!r} for the python backend"]
+        network = servable.wrapped_network(entry.config)
+        if network is not None and not (folder.parent.parent / network / layout.CONFIG_FILENAME).is_file():
+            issues.append(f"it wraps the network {network!r}, which this repository does not hold")
+        return None, issues
     if kind not in (servable.TORCHSCRIPT, servable.LIBTORCH, servable.MODEL_FILE):
         return None, []  # another platform's file: Triton checks it when it loads it
     path = folder / entry.model_filename

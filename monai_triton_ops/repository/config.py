@@ -162,8 +162,13 @@ def build_config(signature: ModelSignature, options: ConfigOptions) -> pb.ModelC
 
 def render_config(signature: ModelSignature, options: ConfigOptions) -> str:
     """``config.pbtxt`` text; ``max_batch_size: 0`` is written explicitly, as Triton requires."""
-    text = str(text_format.MessageToString(build_config(signature, options), use_short_repeated_primitives=True))
-    if signature.max_batch_size == 0:
+    return config_text(build_config(signature, options))
+
+
+def config_text(config: pb.ModelConfig) -> str:
+    """A ``ModelConfig`` as ``config.pbtxt`` text, with ``max_batch_size: 0`` spelled out (protobuf drops it)."""
+    text = str(text_format.MessageToString(config, use_short_repeated_primitives=True))
+    if config.max_batch_size == 0:
         text = _insert_before_inputs(text, "max_batch_size: 0\n")
     return text
 

@@ -60,6 +60,7 @@ FIX_INSTANCE_KIND = (
 TORCHSCRIPT = "torchscript"
 LIBTORCH = "torchscript/libtorch"
 PYTHON_MODEL = "python model"
+WHOLE_VOLUME = "whole volume"
 CLIENT_SIDE = "client-side"
 MODEL_FILE = "model file"
 
@@ -166,10 +167,28 @@ def kind_of(config: Any, has_versions: bool) -> str:
 
     backend = backend_of(config)
     if backend == "python":
-        return TORCHSCRIPT if TORCHSCRIPT_PARAMETER in config.parameters else PYTHON_MODEL
+        if TORCHSCRIPT_PARAMETER in config.parameters:
+            return TORCHSCRIPT
+        return WHOLE_VOLUME if wrapped_network(config) else PYTHON_MODEL
     if backend == "pytorch":
         return LIBTORCH
     return str(config.platform or config.backend or "none")
+
+
+def wrapped_network(config: Any) -> str | None:
+    """The network a whole-volume model (``repo wrap``) calls; ``None`` for any other configuration."""
+    from .config import METADATA_PARAMETER
+    from .metadata import parse_metadata_text
+    from .volume import VolumeSpec
+
+    if config is None or METADATA_PARAMETER not in config.parameters:
+        return None
+    try:
+        metadata = parse_metadata_text(config.parameters[METADATA_PARAMETER].string_value, source=str(config.name))
+        spec = VolumeSpec.of(metadata)
+    except MonaiTritonError:
+        return None
+    return None if spec is None else spec.network
 
 
 def uses(kind: str, config: Any, capabilities: Capabilities | None) -> tuple[list[str], list[str]]:
@@ -191,6 +210,11 @@ def uses(kind: str, config: Any, capabilities: Capabilities | None) -> tuple[lis
             no.append(f"the triton backend and monai-triton serve: config.pbtxt {problems[0].split('; ', 1)[0]}")
         else:
             yes.append("the triton backend and monai-triton serve")
+    if kind == WHOLE_VOLUME:
+        network = wrapped_network(config)
+        yes.append(f"remote backends (grpc://, http://) in mode=volume, for the network {network!r}")
+        yes.append("NGC Triton containers with what its model.py imports (torch, MONAI) installed")
+        return yes, no
     if config is not None:
         yes.append("remote backends (grpc://, http://) and the App SDK's TritonRemoteModel, as its client-side config")
     if kind == LIBTORCH:

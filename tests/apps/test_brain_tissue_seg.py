@@ -1,7 +1,7 @@
 """The sample app as users run it: a real App SDK application in its own process, on the real MRI.
 
-Sample data is written once per session from the atlas nilearn ships; each app run is
-``monai-triton exec`` in a subprocess, as in the README. The runs on a remote Triton use the session's
+Sample data is written once per session from the atlas nilearn ships (``conftest.sample_data``); each app
+run is ``monai-triton exec`` in a subprocess, as in the README. The runs on a remote Triton use the session's
 tritonserver over the committed repository (``committed_server``): what they check is the app's side of the
 connection, and each looks only at what its own app process left on the server.
 """
@@ -30,13 +30,6 @@ from atlas import dice  # noqa: E402
 
 if TYPE_CHECKING:
     from monai_triton_ops.server import LocalTritonServer
-
-
-@pytest.fixture(scope="session")
-def sample_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("sample") / "brain_tissue_seg"
-    subprocess.run([sys.executable, str(APP / "make_sample_data.py"), "--out", str(out)], check=True, timeout=600)
-    return out
 
 
 def run_app(source: Path, out: Path, *extra: str, models: Path = REPO, env: dict[str, str] | None = None):

@@ -24,6 +24,11 @@ from monai_triton_ops.operators.report import RUN_LOGGER, describe_backend, log_
             "https://triton.example:8000",
             "https (remote Triton at triton.example:8000 over HTTPS, tensors in the request body)",
         ),
+        (
+            "grpc://triton.example:8001?mode=volume",
+            "grpc (remote Triton at triton.example:8001 over gRPC, tensors in the request body, whole volume to "
+            "'unet_volume')",
+        ),
     ],
 )
 def test_where_and_how(spec: str, expected: str, unet_repo: Path) -> None:

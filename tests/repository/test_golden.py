@@ -61,4 +61,5 @@ def test_generated_config_matches_its_golden_file_and_parses_back(
 
 def test_every_golden_file_is_generated_by_a_test() -> None:
     """A stale golden file (its case renamed or removed) would otherwise pin nothing."""
-    assert sorted(p.stem for p in GOLDEN.glob("*.pbtxt")) == sorted(GOLDENS)
+    elsewhere = ["unet_volume"]  # test_volume.py: the whole-volume model repo wrap writes
+    assert sorted(p.stem for p in GOLDEN.glob("*.pbtxt")) == sorted([*GOLDENS, *elsewhere])

@@ -42,7 +42,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...errors import BackendStateError, BackendUnavailableError, ConfigError, ServerUnavailableError
+from ...errors import (
+    BackendStateError,
+    BackendUnavailableError,
+    ConfigError,
+    ModelNotFoundError,
+    ServerUnavailableError,
+)
 from ...signature import ModelSignature
 from ..base import ArrayLike, BaseBackend, InferRequest
 from ..options import BackendOptions
@@ -54,10 +60,12 @@ from .fleet import FAILOVER, Fleet
 from .options import RemoteOptions
 from .pool import RegionPool
 from .probing import Server
-from .protocol import SYSTEM_SHARED_MEMORY
+from .protocol import SYSTEM_SHARED_MEMORY, Served, server_info
 from .retry import Backoff
 from .tls import check_tls_options
 from .translate import CallError, Status, to_public
+from .transport import Transport
+from .volume import missing_volume_model, open_volume_model, served_name, volume_parameters
 from .workers import Workers
 
 logger = logging.getLogger(__name__)
@@ -108,6 +116,7 @@ class RemoteBackend(BaseBackend):
 
     kind = "remote"
     options_type = RemoteOptions
+    takes_parameters = True
 
     def __init__(
         self,
@@ -118,7 +127,11 @@ class RemoteBackend(BaseBackend):
         urls: Sequence[str] = (),
         options: BackendOptions | None = None,
     ) -> None:
-        super().__init__(model_name, model_repository=model_repository, version=version, urls=urls, options=options)
+        mode = options.mode if isinstance(options, RemoteOptions) else "window"
+        #: The model the app names; in volume mode requests go to ``<network>_volume`` (``volume.py``).
+        self.network = model_name
+        served = served_name(model_name, mode)
+        super().__init__(served, model_repository=model_repository, version=version, urls=urls, options=options)
         options = self.remote_options
         try:
             self.endpoints = spec_endpoints(self.urls, options.servers)
@@ -135,6 +148,11 @@ class RemoteBackend(BaseBackend):
             raise ConfigError(
                 f"model {model_name!r}: shared_memory=system needs one server on this host, and {self.url} is "
                 f"{len(self.endpoints)}; use shared_memory=auto or none"
+            )
+        if options.mode == "volume" and options.fallback == "torch":
+            raise ConfigError(
+                f"model {model_name!r}: fallback=torch runs windows in this process and mode=volume sends the whole "
+                "volume to the server; use one of them"
             )
         self._backoff = Backoff(retries=options.retries, base_s=options.backoff_s, cap_s=options.max_backoff_s)
         self._fallback: TorchFallback | None = None
@@ -175,14 +193,16 @@ class RemoteBackend(BaseBackend):
         workers = Workers(f"remote-{self.model_name}", options.max_in_flight)
         fleet: Fleet | None = None
         try:
+            volume = options.mode == "volume"
             fleet = Fleet(
                 self.model_name,
-                self.version,
+                None if volume else self.version,  # in volume mode the version is the network's, a parameter
                 self.endpoints,
                 settings,
                 workers,
                 options,
                 repository=self.model_repository,
+                describe=self._describe_volume if volume else None,
             )
             signature = self._open_fleet(fleet, options)
             only = fleet.only_server()
@@ -199,8 +219,12 @@ class RemoteBackend(BaseBackend):
             workers.stop(join_timeout_s=_JOIN_TIMEOUT_S)
             raise
         self._workers, self._fleet, self._any_thread = workers, fleet, fleet.any_thread
-        version = "" if self.version is None else str(self.version)
-        self._exchange = Exchange(signature, version, pool, fallback=options.shared_memory == "auto")
+        version, parameters = "" if self.version is None else str(self.version), {}
+        if options.mode == "volume":  # the version asked for is the network's, sent along as a parameter
+            version, parameters = "", volume_parameters(self.version)
+        self._exchange = Exchange(
+            signature, version, pool, fallback=options.shared_memory == "auto", parameters=parameters
+        )
         servers = len(fleet.servers)
         logger.info(
             "%r: %d server(s), tensors via %s", self, servers, "system shared memory" if pool else "the request body"
@@ -212,12 +236,28 @@ class RemoteBackend(BaseBackend):
         server is ready."""
         try:
             return fleet.open(options.ready_timeout_s)
+        except ModelNotFoundError as exc:
+            if options.mode == "volume":
+                raise missing_volume_model(exc, self.network) from exc
+            raise
         except ServerUnavailableError as exc:
             if self._fallback is None:
                 raise
             signature = self._fallback.open(str(exc))
             fleet.adopt(signature)
             return signature
+
+    def _describe_volume(self, transport: Transport) -> Served:
+        """One server's whole-volume model and its network, checked (``volume.py``). Triton only: the volume model
+        is a Python-backend model that runs MONAI's sliding window on the server."""
+        signature = open_volume_model(
+            transport,
+            self.network,
+            self.version,
+            ready_timeout_s=self.remote_options.ready_timeout_s,
+            repository=self.model_repository,
+        )
+        return Served(signature, server_info(transport, model=self.model_name, timeout_s=_CONTROL_TIMEOUT_S))
 
     def _refuse_system_shm(self, fleet: Fleet, options: RemoteOptions) -> None:
         """Several servers (or a name that may resolve to several): tensors travel in the request body."""

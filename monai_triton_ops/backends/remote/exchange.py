@@ -18,7 +18,7 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ import torch
 from ...errors import InferenceError
 from ...signature import ModelSignature, dtype_to_numpy
 from ..leases import BufferPool
+from ..requests import Parameter
 from .pool import PoolExhausted, RegionPool, Slot, aligned
 from .translate import CallError, Status
 from .transport import ShmRef, Transport, WireInput, WireOutput, WireResult
@@ -107,9 +108,19 @@ class _Outgrew(Exception):
 class Exchange:
     """Sends requests of one model; thread-safe (each call uses its own slot)."""
 
-    def __init__(self, signature: ModelSignature, version: str, pool: RegionPool | None, *, fallback: bool) -> None:
+    def __init__(
+        self,
+        signature: ModelSignature,
+        version: str,
+        pool: RegionPool | None,
+        *,
+        fallback: bool,
+        parameters: Mapping[str, Parameter] | None = None,
+    ) -> None:
         self.signature = signature
         self.version = version
+        #: Request parameters every request carries (a request's own win).
+        self.parameters = dict(parameters or {})
         self.pool = pool
         #: ``shared_memory=auto``: a slot that cannot be had (``/dev/shm`` full) sends that request in the body.
         self.fallback = fallback
@@ -141,9 +152,15 @@ class Exchange:
         if remaining is not None and remaining <= 0:
             raise CallError(Status.DEADLINE, "the deadline passed before the request was sent")
         plan = self._plan(arrays, request.outputs, key if shm_outputs else None, request.deadline)
+        parameters = {**self.parameters, **request.parameters} or None
         try:
             result = transport.infer(
-                self.name, self.version, plan.inputs, plan.outputs, timeout_s=remaining or _NO_DEADLINE_S
+                self.name,
+                self.version,
+                plan.inputs,
+                plan.outputs,
+                timeout_s=remaining or _NO_DEADLINE_S,
+                parameters=parameters,
             )
         except CallError as error:
             self._free(plan, reuse=error.status not in _UNFINISHED)

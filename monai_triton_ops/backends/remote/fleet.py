@@ -36,7 +36,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ from . import readiness
 from .endpoints import Address, Endpoint, Resolver, TransportSettings, addresses_of, connect, is_name, resolve
 from .options import RemoteOptions
 from .probing import Prober, Server, State
-from .protocol import BINARY_TENSORS, STATISTICS, describe_model
+from .protocol import BINARY_TENSORS, STATISTICS, Served, describe_model
 from .server_model import differences
 from .translate import CallError, Status, to_public
 from .transport import Transport
@@ -58,6 +58,10 @@ logger = logging.getLogger(__name__)
 _CONTROL_TIMEOUT_S = 10.0
 #: Statuses after which a request goes to another server: the server, not the request, failed.
 FAILOVER = frozenset({Status.UNAVAILABLE, Status.MODEL_DOWN})
+
+
+#: Reads a ready server's model instead of ``describe_model`` (whole-volume mode: ``volume.py``).
+Describe = Callable[[Transport], Served]
 
 
 class Fleet:
@@ -74,8 +78,10 @@ class Fleet:
         *,
         repository: str | Path | None = None,
         resolver: Resolver = resolve,
+        describe: Describe | None = None,
     ) -> None:
         self.model = model
+        self._describe = describe  # how a ready server's model is read; default: describe_model
         self.version = version
         self._repository = repository  # the caller's: a local config.pbtxt each server is compared with
         self._origins = tuple(origins)
@@ -211,14 +217,17 @@ class Fleet:
     def _read_signature(self, server: Server) -> ModelSignature:
         """The server described (protocol.py): its signature, checked against a local config.pbtxt, and what it
         speaks, which its transport follows (binary HTTP tensors or JSON)."""
-        served = describe_model(
-            server.transport,
-            self.model,
-            self.version,
-            timeout_s=_CONTROL_TIMEOUT_S,
-            repository=self._repository,
-            max_batch_size=self._options.max_batch_size,
-        )
+        if self._describe is not None:
+            served = self._describe(server.transport)
+        else:
+            served = describe_model(
+                server.transport,
+                self.model,
+                self.version,
+                timeout_s=_CONTROL_TIMEOUT_S,
+                repository=self._repository,
+                max_batch_size=self._options.max_batch_size,
+            )
         server.info = served.server
         server.transport.use_binary_tensors(served.server.has(BINARY_TENSORS))
         return served.signature

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -85,6 +85,7 @@ class GrpcTransport(Transport):
         outputs: Sequence[WireOutput],
         *,
         timeout_s: float,
+        parameters: Mapping[str, str | int | bool] | None = None,
     ) -> WireResult:
         body = sum(int(i.data.nbytes) for i in inputs if i.data is not None)
         if body > MAX_MESSAGE_BYTES:
@@ -102,6 +103,7 @@ class GrpcTransport(Transport):
                 outputs=requested,
                 client_timeout=timeout_s,
                 compression_algorithm=self._compression,
+                parameters=parameters,
             )
         except InferenceServerException as exc:
             raise _error(exc) from exc

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import gevent
@@ -118,9 +118,13 @@ class HttpTransport(Transport):
         outputs: Sequence[WireOutput],
         *,
         timeout_s: float,
+        parameters: Mapping[str, str | int | bool] | None = None,
     ) -> WireResult:
         tensors, requested = self._requests.build(inputs, outputs)
-        result = self._control(lambda c: c.infer(model, tensors, model_version=version, outputs=requested), timeout_s)
+        result = self._control(
+            lambda c: c.infer(model, tensors, model_version=version, outputs=requested, parameters=parameters),
+            timeout_s,
+        )
         return _HttpResult(result)
 
     # -- control calls ----------------------------------------------------------------------------

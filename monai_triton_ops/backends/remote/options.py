@@ -18,6 +18,8 @@ from .credentials import check_credential_options
 SharedMemory = Literal["auto", "system", "cuda", "none"]
 Compression = Literal["none", "gzip", "deflate"]
 Fallback = Literal["none", "torch"]
+Mode = Literal["window", "volume"]
+VolumeOutput = Literal["labels", "scores"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +50,11 @@ class RemoteOptions(BackendOptions):
     ``max_probe_backoff_s``; names are resolved again every ``resolve_interval_s`` (a headless
     Service's pods come and go); ``fallback=torch`` runs a request in-process on the local model
     repository when no server can.
+
+    ``mode``: ``window`` sends each sliding-window batch (the
+    network's model), ``volume`` the whole volume to ``<model>_volume``, which runs the sliding window
+    on the server (``docs/remote.md``); there ``volume_output`` is what comes back: ``labels`` (the
+    argmax, uint8) or ``scores`` (the network's output, blended, as window mode gives it).
     """
 
     timeout_s: float | None = 120.0
@@ -70,6 +77,8 @@ class RemoteOptions(BackendOptions):
     max_probe_backoff_s: float = 5.0
     resolve_interval_s: float = 30.0
     fallback: Fallback = "none"
+    mode: Mode = "window"
+    volume_output: VolumeOutput = "labels"
 
     def __post_init__(self) -> None:
         super_post_init = getattr(super(), "__post_init__", None)
@@ -96,6 +105,10 @@ class RemoteOptions(BackendOptions):
             )
         if self.shared_memory not in ("auto", "system", "cuda", "none"):
             raise ConfigError(f"shared_memory must be auto, system, cuda or none, got {self.shared_memory!r}")
+        if self.mode not in ("window", "volume"):
+            raise ConfigError(f"mode must be window or volume, got {self.mode!r}")
+        if self.volume_output not in ("labels", "scores"):
+            raise ConfigError(f"volume_output must be labels or scores, got {self.volume_output!r}")
         if self.compression not in ("none", "gzip", "deflate"):
             raise ConfigError(f"compression must be none, gzip or deflate, got {self.compression!r}")
         check_credential_options(self)

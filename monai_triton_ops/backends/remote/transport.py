@@ -13,7 +13,7 @@ asks for binary tensors, gRPC always sends raw bytes).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -81,8 +81,10 @@ class Transport(ABC):
         outputs: Sequence[WireOutput],
         *,
         timeout_s: float,
+        parameters: Mapping[str, str | int | bool] | None = None,
     ) -> WireResult:
-        """Send one request and wait for its answer; a failure or the deadline raises ``CallError``."""
+        """Send one request (with Triton request ``parameters``, if any) and wait for its answer; a failure or
+        the deadline raises ``CallError``."""
 
     @abstractmethod
     def is_model_ready(self, model: str, version: str, *, timeout_s: float) -> bool: ...
