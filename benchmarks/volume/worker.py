@@ -137,7 +137,20 @@ class Counted:
             future.add_done_callback(self._got)
             return future
 
-        backend.submit = counted  # type: ignore[method-assign]  # the instance's own: Predictor and infer call it
+        infer = backend.infer
+
+        def counted_infer(inputs: Mapping[str, Any], **keywords: Any) -> dict[str, Any]:
+            with self._lock:
+                self.sent += sum(_nbytes(v) for v in inputs.values())
+                self.requests += 1
+            outputs = infer(inputs, **keywords)
+            with self._lock:
+                self.received += sum(_nbytes(v) for v in outputs.values())
+            return outputs
+
+        # the instance's own: the predictor submits, a one-request infer() may run on the caller's thread
+        backend.submit = counted  # type: ignore[method-assign]
+        backend.infer = counted_infer  # type: ignore[method-assign]
 
     def _got(self, future: Future[dict[str, Any]]) -> None:
         if not future.cancelled() and future.exception() is None:

@@ -194,3 +194,28 @@ def test_only_backends_that_carry_parameters_take_them(tmp_path: Path) -> None:
     with create_backend("torch", "unet", model_repository=repo) as backend:
         with pytest.raises(UsageError, match=r"the torch backend passes no request parameters \(\['overlap'\]\)"):
             backend.infer({"x": _image().unsqueeze(0)}, parameters={"overlap": "0.5"})
+
+
+def test_a_fleet_in_volume_mode_opens_on_its_ready_server_and_gives_the_same_labels(
+    server: LocalTritonServer, open_backend: Open
+) -> None:
+    """Volume mode goes through the fleet like window mode: a second server that is down is probed in the
+    background, the ready one is described with its volume model and network, and answers."""
+    import socket
+
+    with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        down = f"127.0.0.1:{sock.getsockname()[1]}"
+    window = open_backend(server.grpc_url, "unet")
+    volume = open_backend(f"{server.grpc_url}?mode=volume&servers={down}&ready_timeout_s=10", "unet")
+    assert volume.model_name == "unet_volume"
+    image = _image(2)
+    torch.testing.assert_close(_run(volume, image), _run(window, image), rtol=0, atol=0)
+
+
+def test_volume_mode_refuses_a_torch_fallback(server: LocalTritonServer) -> None:
+    from monai_triton_ops import create_backend
+    from monai_triton_ops.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"fallback=torch .* mode=volume"):
+        create_backend(f"{server.grpc_url}?mode=volume&fallback=torch", "unet")
