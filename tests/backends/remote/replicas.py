@@ -23,7 +23,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from monai_triton_ops.server import LocalTritonServer, find_tritonserver
-from monai_triton_ops.server.environment import assemble_backend_dir, server_environment
+from monai_triton_ops.server.environment import assemble_backend_dir, server_environment, shm_prefix
 
 from ...server.conftest import stop_and_check
 
@@ -116,6 +116,7 @@ class HandServer:
         backends = assemble_backend_dir(install, Path(tempfile.mkdtemp(dir=folder)))
         http, grpc, metrics = ports
         self.address, self.http, self.grpc = address, http, grpc
+        self.shm_prefix = shm_prefix()
         self.argv = [
             str(install.server_path),
             f"--model-repository={repo}",
@@ -128,6 +129,8 @@ class HandServer:
             f"--metrics-port={metrics}",
             "--strict-readiness=true",
             "--exit-timeout-secs=5",
+            # its stubs' regions get a name of their own: a SIGKILLed server cannot unlink them, kill() does
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
         ]
         self.env = server_environment(install)
         self.log = folder / f"tritonserver-{address}.log"
@@ -157,3 +160,19 @@ class HandServer:
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
         self.process = None
+        deadline = time.monotonic() + 10  # its stubs notice their server is gone within a second or so
+        while _stubs_of(self.shm_prefix) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for region in Path("/dev/shm").glob(f"{self.shm_prefix}*"):
+            region.unlink(missing_ok=True)
+
+
+def _stubs_of(prefix: str) -> list[int]:
+    """Live processes whose command line names ``prefix`` (a server's Python-backend stubs)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                if prefix.encode() in (proc / "cmdline").read_bytes():
+                    found.append(int(proc.name))
+    return found
