@@ -278,6 +278,11 @@ def jitter(repo: Path, name: str = "jitter", *, low_s: float = 0.05, high_s: flo
     )
 
 
+def passthrough_source(*, delay_s: float = 0.0, load_s: float = 0.0, error: str | None = None) -> str:
+    """The ``model.py`` of :func:`passthrough` (for a test that hands Triton the files itself)."""
+    return _PASSTHROUGH_PY.format(delay_s=delay_s, load_s=load_s, error=error)
+
+
 _PASSTHROUGH_PY = """\
 import time
 
@@ -333,5 +338,5 @@ def passthrough(
         f"instance_group [ {{ kind: KIND_CPU count: {instances} }} ]",
     ]
     (repo / name / "config.pbtxt").write_text("\n".join(config) + "\n")
-    (repo / name / "1" / "model.py").write_text(_PASSTHROUGH_PY.format(delay_s=delay_s, load_s=load_s, error=error))
+    (repo / name / "1" / "model.py").write_text(passthrough_source(delay_s=delay_s, load_s=load_s, error=error))
     return repo

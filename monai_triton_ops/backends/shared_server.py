@@ -33,6 +33,8 @@ class _Holds:
     models: dict[str, set[int]] = field(default_factory=dict)  # model -> ids of the backends holding it
 
 
+#: Held for a whole load too: models load one after another. With several loads at once Triton 2.51 starts their
+#: stubs from several threads, and now and then one instance never finishes initialising (its load never ends).
 _lock = threading.RLock()
 _holds = _Holds()
 

@@ -94,12 +94,16 @@ def start_server(
     server = b.TRITONSERVER_Server(options)
     options.delete()
     started = Started(server=server, workdir=workdir, log_path=log_path, shm_prefix=prefix, saved_environ=saved)
-    # at once: each Python-backend stub spends most of its start importing, and Triton loads in parallel
-    loading = concurrent.futures.ThreadPoolExecutor(max(1, len(models)))
+    # One after another, as the in-process server's owner loads (under shared_server's lock): with several
+    # loads at once, Triton 2.51 starts their stubs from several threads at once, and now and then one
+    # instance never finishes initialising (the log stops at "TRITONBACKEND_ModelInstanceInitialize", the
+    # load waits forever: the hang of a CI run, seen again here once in a few runs). A numpy stub loads in
+    # well under a second, so sequential costs little.
+    loading = concurrent.futures.ThreadPoolExecutor(1)
     try:
-        for future in [loading.submit(server.load_model, model) for model in models]:
+        for model in models:
             # bounded: a load stuck in C must fail the test, not hang the run (joining its thread would)
-            future.result(timeout=LOAD_TIMEOUT_S)
+            loading.submit(server.load_model, model).result(timeout=LOAD_TIMEOUT_S)
     finally:
         loading.shutdown(wait=False, cancel_futures=True)
     return started

@@ -163,7 +163,7 @@ def test_a_model_loaded_from_files_given_as_bytes(server: Any) -> None:
     """``file:<path>`` parameters carry the model's files as bytes: the model exists nowhere else."""
     config = server.model_config("passthrough").json()
     config["name"] = "from_bytes"
-    source = triton_models._PASSTHROUGH_PY.format(delay_s=0.0).encode()
+    source = triton_models.passthrough_source().encode()
     parameters = [
         b.TRITONSERVER_Parameter("config", json.dumps(config)),
         b.TRITONSERVER_Parameter("file:1/model.py", source),
