@@ -64,7 +64,6 @@ from .protocol import SYSTEM_SHARED_MEMORY, Served, server_info
 from .retry import Backoff
 from .tls import check_tls_options
 from .translate import CallError, Status, to_public
-from .transport import Transport
 from .volume import missing_volume_model, open_volume_model, served_name, volume_parameters
 from .workers import Workers
 
@@ -247,17 +246,17 @@ class RemoteBackend(BaseBackend):
             fleet.adopt(signature)
             return signature
 
-    def _describe_volume(self, transport: Transport) -> Served:
+    def _describe_volume(self, server: Server) -> Served:
         """One server's whole-volume model and its network, checked (``volume.py``). Triton only: the volume model
         is a Python-backend model that runs MONAI's sliding window on the server."""
         signature = open_volume_model(
-            transport,
+            server,
             self.network,
             self.version,
             ready_timeout_s=self.remote_options.ready_timeout_s,
             repository=self.model_repository,
         )
-        return Served(signature, server_info(transport, model=self.model_name, timeout_s=_CONTROL_TIMEOUT_S))
+        return Served(signature, server_info(server.transport, model=self.model_name, timeout_s=_CONTROL_TIMEOUT_S))
 
     def _refuse_system_shm(self, fleet: Fleet, options: RemoteOptions) -> None:
         """Several servers (or a name that may resolve to several): tensors travel in the request body."""

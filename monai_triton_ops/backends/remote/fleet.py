@@ -61,7 +61,7 @@ FAILOVER = frozenset({Status.UNAVAILABLE, Status.MODEL_DOWN})
 
 
 #: Reads a ready server's model instead of ``describe_model`` (whole-volume mode: ``volume.py``).
-Describe = Callable[[Transport], Served]
+Describe = Callable[[Server], Served]
 
 
 class Fleet:
@@ -218,7 +218,7 @@ class Fleet:
         """The server described (protocol.py): its signature, checked against a local config.pbtxt, and what it
         speaks, which its transport follows (binary HTTP tensors or JSON)."""
         if self._describe is not None:
-            served = self._describe(server.transport)
+            served = self._describe(server)
         else:
             served = describe_model(
                 server.transport,

@@ -23,8 +23,14 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from monai_triton_ops.server import LocalTritonServer, find_tritonserver
-from monai_triton_ops.server.environment import assemble_backend_dir, server_environment, shm_prefix
+from monai_triton_ops.server.environment import (
+    assemble_backend_dir,
+    remove_shm_regions,
+    server_environment,
+    shm_prefix,
+)
 
+from ...bindings.harness import stub_pids, wait_until
 from ...server.conftest import stop_and_check
 
 
@@ -160,19 +166,5 @@ class HandServer:
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
         self.process = None
-        deadline = time.monotonic() + 10  # its stubs notice their server is gone within a second or so
-        while _stubs_of(self.shm_prefix) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        for region in Path("/dev/shm").glob(f"{self.shm_prefix}*"):
-            region.unlink(missing_ok=True)
-
-
-def _stubs_of(prefix: str) -> list[int]:
-    """Live processes whose command line names ``prefix`` (a server's Python-backend stubs)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            with contextlib.suppress(OSError):
-                if prefix.encode() in (proc / "cmdline").read_bytes():
-                    found.append(int(proc.name))
-    return found
+        wait_until(lambda: not stub_pids(self.shm_prefix), timeout_s=10)  # a SIGKILLed server's stubs notice
+        remove_shm_regions(self.shm_prefix)
