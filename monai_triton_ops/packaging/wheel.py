@@ -6,9 +6,13 @@ holoscan-cli 4.2.0 would write into the requirements); the wheel built here goes
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import logging
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -43,7 +47,7 @@ def project_wheel(dest: Path, wheel: Path | None = None) -> Path:
             "monai-triton-ops is not running from a source checkout, so no wheel can be built for the image; "
             "pass --wheel with a monai_triton_ops-*.whl"
         )
-    with tempfile.TemporaryDirectory(prefix="monai-triton-wheel-") as scratch:
+    with _one_build_at_a_time(source), tempfile.TemporaryDirectory(prefix="monai-triton-wheel-") as scratch:
         logger.info("building the monai-triton-ops wheel from %s", source)
         run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", scratch, str(source)],
             timeout_s=WHEEL_TIMEOUT_S, what=f"pip wheel {source}")  # fmt: skip
@@ -53,3 +57,13 @@ def project_wheel(dest: Path, wheel: Path | None = None) -> Path:
         target = dest / built[0].name
         target.write_bytes(built[0].read_bytes())
     return target
+
+
+@contextlib.contextmanager
+def _one_build_at_a_time(source: Path) -> Iterator[None]:
+    """Hold a lock per checkout: setuptools builds in the checkout's own ``build/`` folder, so two packagers of one
+    checkout at once fail with ``File exists: build/bdist...``; the second waits for the first instead."""
+    key = hashlib.sha256(str(source).encode()).hexdigest()[:16]
+    with open(Path(tempfile.gettempdir()) / f"monai-triton-wheel-{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield

@@ -6,11 +6,13 @@ everything that goes into it, and of how the command treats what is already on d
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import re
 import shlex
 import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ from monai_triton_ops.errors import ConfigError, UsageError
 from monai_triton_ops.packaging import PackageRequest
 from monai_triton_ops.packaging.context import MARKER, BuildContext, default_tag, qualified_tag, write_context
 from monai_triton_ops.packaging.requirements import canonical
+from monai_triton_ops.packaging.wheel import project_wheel
 
 from .conftest import APP, BASE, MODELS
 from .spec import ENVIRONMENT, app_yaml, check_app_manifest, check_package_manifest
@@ -185,3 +188,14 @@ def test_the_command_writes_a_context_without_building(wheel: Path, tmp_path: Pa
     assert "FROM docker.io/library/ubuntu:24.04\n" in (out / "Dockerfile").read_text()
     assert read_json(out / "map/app.json")["version"] == "0.1.0"
     assert cli.main(["package", str(tmp_path / "nowhere"), "--no-build", "-o", str(tmp_path / "x")]) == 2
+
+
+def test_four_packagers_of_one_checkout_at_once_each_get_the_wheel(tmp_path: Path) -> None:
+    """setuptools builds in the checkout's own ``build/``: without a lock, builds at once failed with ``File exists``
+    (3 runs of 3 with four; two at once collided under parallel tests)."""
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        wheels = list(pool.map(project_wheel, [tmp_path / n for n in "abcd"]))
+    for built in wheels:
+        with zipfile.ZipFile(built) as archive:
+            assert archive.testzip() is None
+            assert "monai_triton_ops/packaging/wheel.py" in archive.namelist()
