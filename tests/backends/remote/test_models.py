@@ -42,7 +42,9 @@ def server(triton_install: TritonInstall, tmp_path_factory: pytest.TempPathFacto
     triton_models.empty_output(repo)
     triton_models.dynamic_output(repo)
     triton_models.guard_numpy(repo)
-    yield from serve(repo, tmp_path_factory.mktemp("server_tmp"))
+    # The BYTES test's stub dies (pitfall B1), and a dead stub makes the server wait its whole exit timeout at stop:
+    # 30 s of the default against 5 s here.
+    yield from serve(repo, tmp_path_factory.mktemp("server_tmp"), stop_timeout_s=5.0)
 
 
 def _mixed(seed: int = 0, batch: int = 2) -> dict[str, np.ndarray]:
