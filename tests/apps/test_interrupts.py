@@ -48,7 +48,7 @@ class Conv(torch.nn.Module):
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
-    """``(repository, slow image, large image)``."""
+    """``(repository, image the slow model infers for seconds, large image)``."""
     base = tmp_path_factory.mktemp("interrupts")
     slow_meta = {**UNET_META, "inference": {"roi_size": [16, 16, 16], "sw_batch_size": 1}}
     fast_meta = nd_format({"x": (1, ["*"] * 3, "float32")}, {"y": (2, ["*"] * 3, "float32")})
@@ -56,10 +56,12 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     build_repository(save_model(tiny_unet(), base / "slow.pt", slow_meta), repo, "slow")
     build_repository(save_model(Conv(), base / "fast.pt", fast_meta), repo, "fast")
     rng = np.random.default_rng(0)
-    small, large = base / "small.nii.gz", base / "large.nii.gz"
-    nib.save(nib.Nifti1Image(rng.standard_normal((80, 80, 80)).astype(np.float32), np.eye(4)), small)
+    slow_image, large = base / "slow.nii.gz", base / "large.nii.gz"
+    # 13^3 = 2,197 windows of 16^3: ~5.5 s of inference here (80^3's 343 windows took 0.85 s, too close to the
+    # 0.5 s that test_during_inference waits on a faster machine)
+    nib.save(nib.Nifti1Image(rng.standard_normal((160, 160, 160)).astype(np.float32), np.eye(4)), slow_image)
     nib.save(nib.Nifti1Image(rng.standard_normal((192, 192, 160)).astype(np.float32), np.eye(4)), large)
-    return repo, small, large
+    return repo, slow_image, large
 
 
 class Run:
@@ -126,8 +128,8 @@ def assert_interrupted(run: Run, number: signal.Signals, code: int, seconds: flo
 
 @pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM])
 def test_at_start_before_the_graph_runs(setup: tuple[Path, Path, Path], tmp_path: Path, number: signal.Signals) -> None:
-    repo, small, _ = setup
-    run = Run(repo, small, tmp_path / "out", "--model-name", "slow")
+    repo, slow_image, _ = setup
+    run = Run(repo, slow_image, tmp_path / "out", "--model-name", "slow")
     run.wait_for_signals_taken()  # run_app has started; imports of torch, MONAI and Holoscan take seconds more
     code, seconds = run.interrupt(number)
     assert_interrupted(run, number, code, seconds)
@@ -136,8 +138,8 @@ def test_at_start_before_the_graph_runs(setup: tuple[Path, Path, Path], tmp_path
 
 @pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM])
 def test_during_inference(setup: tuple[Path, Path, Path], tmp_path: Path, number: signal.Signals) -> None:
-    repo, small, _ = setup
-    run = Run(repo, small, tmp_path / "out", "--model-name", "slow", "-l", "INFO")
+    repo, slow_image, _ = setup
+    run = Run(repo, slow_image, tmp_path / "out", "--model-name", "slow", "-l", "INFO")
     run.wait_for_line("inferring sliding_window image")
     time.sleep(0.5)
     code, seconds = run.interrupt(number)
@@ -159,8 +161,8 @@ def test_while_writing(setup: tuple[Path, Path, Path], tmp_path: Path, number: s
 def test_the_in_process_triton_server_and_its_shared_memory_are_released(
     setup: tuple[Path, Path, Path], tmp_path: Path
 ) -> None:
-    repo, small, _ = setup
-    run = Run(repo, small, tmp_path / "out", "--model-name", "slow", "--backend", "triton", "-l", "INFO")
+    repo, slow_image, _ = setup
+    run = Run(repo, slow_image, tmp_path / "out", "--model-name", "slow", "--backend", "triton", "-l", "INFO")
     run.wait_for_line("inferring sliding_window image")
     stubs = _children(run.process.pid)
     regions = {region for pid in stubs for region in _shm_mapped(pid)}
