@@ -59,7 +59,7 @@ def test_timers_fire_in_deadline_order_from_one_thread() -> None:
             if len(order) == 3:
                 done.set()
 
-        scheduler.at(start + 0.02 * i, fire)
+        scheduler.at(start + 0.2 * i, fire)  # far enough apart that a stalled registration keeps the order
     assert done.wait(30)
     assert order == [1, 2, 3]
     assert threads == {"monai-triton-deadlines"}

@@ -10,7 +10,8 @@ requests one after another and checks every answer until a line ``stop`` arrives
 ``done <summary>`` (JSON: sent, answered, wrong, errors, servers and their states).
 
 ``balanced``: the channel a TLS name with several addresses gets (gRPC's ``round_robin``), here over the
-plaintext name, 40 requests straight through the transport; prints ``done <answered>``.
+plaintext name, one request that connects every address, then 40 straight through the transport; prints
+``done <answered>``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 
 import numpy as np
 
@@ -53,6 +55,10 @@ def balanced(url: str, model: str) -> int:
     from monai_triton_ops.backends.remote.transport import WireInput, WireOutput
 
     transport = GrpcTransport(Endpoint.parse(url), TransportSettings(), balanced=True)
+    x = np.arange(16, dtype=np.float32)
+    first = [WireInput("INPUT__0", "FP32", x.shape, data=x)]
+    transport.infer(model, "", first, [WireOutput("OUTPUT__0")], timeout_s=30)
+    time.sleep(0.5)  # the first call connects every address; round robin only picks those already connected
     answered = 0
     for i in range(40):
         x = np.arange(16, dtype=np.float32) + i

@@ -3,6 +3,7 @@ that refuses client shared memory is handled (auto falls back, system fails clea
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import torch
 from monai.inferers import sliding_window_inference
 
 from monai_triton_ops import create_backend
+from monai_triton_ops.backends.base import BaseBackend
 from monai_triton_ops.errors import ConfigError
 from monai_triton_ops.pipeline import Predictor
 from monai_triton_ops.repository.builder import build_repository
@@ -50,6 +52,20 @@ def restricted_server(
     yield from serve(repo, tmp_path_factory.mktemp("server_tmp"), extra_args=RESTRICTED)
 
 
+def _settled_counts(backend: BaseBackend) -> tuple[int, int]:
+    """``(inferences, executions)`` once two readings 0.2 s apart agree: the server counts a request a little
+    after the client has its answer."""
+    last: tuple[int, int] | None = None
+    for _ in range(50):
+        stats = backend.statistics()["model_stats"][0]  # type: ignore[attr-defined]
+        counts = int(stats.get("inference_count", 0)), int(stats.get("execution_count", 0))
+        if counts == last:
+            break
+        last = counts
+        time.sleep(0.2)
+    return counts
+
+
 @pytest.mark.parametrize("scheme", ["grpc", "http"])
 def test_windows_in_flight_are_merged_by_the_dynamic_batcher(
     batching_server: LocalTritonServer, open_backend: Open, scheme: str
@@ -57,14 +73,12 @@ def test_windows_in_flight_are_merged_by_the_dynamic_batcher(
     backend = open_backend(f"{url(batching_server, scheme)}?max_in_flight=4", "seg")
     assert backend.signature.max_batch_size == 4
     image = torch.from_numpy(np.random.default_rng(0).standard_normal((1, 1, 64, 64, 64)).astype(np.float32))
-    stats = backend.statistics()["model_stats"][0]
-    before = int(stats.get("inference_count", 0)), int(stats.get("execution_count", 0))
+    before = _settled_counts(backend)
     predictor = Predictor(backend, request_batch_size=1, max_in_flight=4)  # one window per request, 4 in flight
     out = sliding_window_inference(image, roi_size=(32, 32, 32), sw_batch_size=8, predictor=predictor, overlap=0.5)
     assert out.shape == (1, 3, 64, 64, 64)
-    stats = backend.statistics()["model_stats"][0]
-    windows = int(stats["inference_count"]) - before[0]
-    executions = int(stats["execution_count"]) - before[1]
+    after = _settled_counts(backend)
+    windows, executions = after[0] - before[0], after[1] - before[1]
     assert windows == 27  # 3 x 3 x 3 windows, one request each
     assert executions < windows  # the server ran several requests as one batch
 

@@ -152,10 +152,12 @@ def test_cancelling_a_request_ends_its_backoff_wait_and_frees_the_worker(
     server: LocalTritonServer, open_backend: Open
 ) -> None:
     backend = open_backend(f"{server.grpc_url}?max_in_flight=1&retries=5&backoff_s=30&max_backoff_s=30", "busy")
+    before = executions(backend)  # earlier tests of the module ran 'busy' too
     first = backend.submit({"INPUT__0": _X}, timeout_s=120)
     deadline = time.monotonic() + 30
-    while executions(backend) == 0 and time.monotonic() < deadline:  # its first attempt failed: now in backoff
+    while executions(backend) == before and time.monotonic() < deadline:  # its first attempt failed: in backoff
         time.sleep(0.05)
+    assert executions(backend) > before, "the first attempt never reached the server"
     assert first.cancel() or first.done()
     # One worker: had it stayed in its 30 s backoff, this request would meet its 5 s deadline in the queue.
     with pytest.raises(ServerUnavailableError):
