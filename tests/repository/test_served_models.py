@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -25,6 +24,7 @@ from monai_triton_ops.repository.builder import build_repository
 from monai_triton_ops.repository.config import DynamicBatching
 from monai_triton_ops.signature import dtype_of
 
+from ..server.conftest import wait_until
 from .conftest import CASES, save_scripted
 from .test_builder import example_inputs, run_module
 from .test_like import APP_SDK_CONFIG, SPLEEN_META, spleen_stand_in
@@ -158,13 +158,13 @@ def test_batched_requests_run_as_one_and_each_gets_its_own_rows(served: grpcclie
         results = list(pool.map(lambda a: infer(served, "stacked", [a])["OUTPUT__0"], arrays))
     for array, result in zip(arrays, results, strict=True):
         assert np.array_equal(result, array * 3.0 + 1.0)
-    deadline = time.monotonic() + 10  # the server counts a request a little after its answer has left
-    while True:
-        stats = served.get_inference_statistics("stacked", client_timeout=TIMEOUT_S).model_stats[0]
-        if stats.inference_count >= 4 or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    assert (stats.inference_count, stats.execution_count) == (4, 1)
+
+    def stats() -> Any:
+        return served.get_inference_statistics("stacked", client_timeout=TIMEOUT_S).model_stats[0]
+
+    wait_until(lambda: stats().inference_count >= 4, timeout_s=10)  # counted a little after the answers left
+    counted = stats()
+    assert (counted.inference_count, counted.execution_count) == (4, 1)
 
 
 def test_a_like_built_model_answers_the_app_sdk_client_unchanged(

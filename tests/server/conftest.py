@@ -18,6 +18,7 @@ import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -26,6 +27,8 @@ from monai_triton_ops.server import LocalTritonServer, TritonInstall, find_trito
 from monai_triton_ops.server.discovery import PYTHON_BACKEND_FILES, STUB_NAME
 from monai_triton_ops.server.environment import SHM_DIR
 from monai_triton_ops.server.environment import pid_exists as process_exists
+
+T = TypeVar("T")
 
 #: config.pbtxt of a one-input one-output model with a variable-length 1-D tensor, no batching.
 CONFIG = """\
@@ -104,6 +107,20 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, interval_s: floa
         if time.monotonic() > deadline:
             return False
         time.sleep(interval_s)
+
+
+def settled(read: Callable[[], T], timeout_s: float = 5.0, interval_s: float = 0.1) -> T:
+    """``read()`` once two readings ``interval_s`` apart agree (else its last one after ``timeout_s``): Triton
+    counts a request in its statistics a little after the client has the answer."""
+    last = read()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(interval_s)
+        now = read()
+        if now == last:
+            return now
+        last = now
+    return last
 
 
 def assert_server_gone(pid: int, *, timeout_s: float = 0.0) -> None:

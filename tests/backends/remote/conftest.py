@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from monai_triton_ops.backends.base import BaseBackend
 from monai_triton_ops.backends.remote import shm
 from monai_triton_ops.server import LocalTritonServer
 
-from ...server.conftest import stop_and_check
+from ...server.conftest import settled, stop_and_check
 from ...server.conftest import triton_install as triton_install
 
 Open = Callable[..., BaseBackend]
@@ -64,15 +63,11 @@ def registered_by_us(server: LocalTritonServer, pid: int | None = None) -> list[
 
 def executions(backend: BaseBackend) -> int:
     """The model's execution count on the server, once it has settled (statistics lag the responses)."""
-    last = -1
-    for _ in range(50):
-        stats = backend.statistics()["model_stats"][0]  # type: ignore[attr-defined]
-        count = int(stats.get("execution_count", 0))
-        if count == last:
-            return count
-        last = count
-        time.sleep(0.1)
-    return last
+
+    def read() -> int:
+        return int(backend.statistics()["model_stats"][0].get("execution_count", 0))  # type: ignore[attr-defined]
+
+    return settled(read)
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ that refuses client shared memory is handled (auto falls back, system fails clea
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from monai_triton_ops.repository.config import DynamicBatching
 from monai_triton_ops.server import LocalTritonServer, TritonInstall
 
 from ... import triton_models
+from ...server.conftest import settled
 from .conftest import Open, serve, url
 
 pytestmark = pytest.mark.triton
@@ -53,17 +53,13 @@ def restricted_server(
 
 
 def _settled_counts(backend: BaseBackend) -> tuple[int, int]:
-    """``(inferences, executions)`` once two readings 0.2 s apart agree: the server counts a request a little
-    after the client has its answer."""
-    last: tuple[int, int] | None = None
-    for _ in range(50):
+    """``(inferences, executions)`` once the server's statistics have settled (they lag the responses)."""
+
+    def read() -> tuple[int, int]:
         stats = backend.statistics()["model_stats"][0]  # type: ignore[attr-defined]
-        counts = int(stats.get("inference_count", 0)), int(stats.get("execution_count", 0))
-        if counts == last:
-            break
-        last = counts
-        time.sleep(0.2)
-    return counts
+        return int(stats.get("inference_count", 0)), int(stats.get("execution_count", 0))
+
+    return settled(read)
 
 
 @pytest.mark.parametrize("scheme", ["grpc", "http"])

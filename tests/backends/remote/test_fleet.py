@@ -111,7 +111,7 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 60.0) -> bool:
     return True
 
 
-def settled(read: Callable[[], T], expected: T, timeout_s: float = 10.0) -> T:
+def read_when_equal(read: Callable[[], T], expected: T, timeout_s: float = 10.0) -> T:
     """``read()`` once it gives ``expected``, else its last value: a server counts a request a little after the
     client has its answer (more so on a busy machine)."""
     wait_for(lambda: read() == expected, timeout_s)
@@ -135,8 +135,8 @@ def test_requests_spread_over_the_servers_and_each_servers_statistics_show_its_s
     backend = open_backend(spec(scheme, a, b), "pt")
     assert backend.shared_memory == "none"  # several servers: tensors in the request body
     exact(backend, 20)
-    shares = settled(lambda: (a.inferences("pt") - before[0], b.inferences("pt") - before[1]), (10, 10))
-    assert shares == (10, 10)  # round robin, one at a time
+    counted = read_when_equal(lambda: (a.inferences("pt") - before[0], b.inferences("pt") - before[1]), (10, 10))
+    assert counted == (10, 10)  # round robin, one at a time
     shares = {e["server"]: int(e["inference_count"]) for e in backend.statistics()["model_stats"]}
     assert set(shares) == {label(a, scheme), label(b, scheme)}
 
@@ -390,7 +390,7 @@ def test_fallback_torch_runs_the_model_in_process_when_every_server_is_gone_and_
     before = a.inferences("win")
     assert torch.equal(_labels(backend, image), reference)
     # the server is the first choice again: every window went to it
-    assert settled(lambda: a.inferences("win") - before, 125) == 125
+    assert read_when_equal(lambda: a.inferences("win") - before, 125) == 125
 
 
 def test_fallback_torch_at_open_when_no_server_is_ready(

@@ -25,6 +25,7 @@ import tritonclient.http as httpclient
 from monai_triton_ops.server import TritonInstall
 
 from ... import triton_models
+from ...server.conftest import wait_until
 from .replicas import HandServer
 
 pytestmark = pytest.mark.triton
@@ -153,10 +154,11 @@ def test_the_round_robin_channel_of_a_name_with_several_addresses_spreads_over_t
     client = _client(hosts, "balanced", f"grpc://{NAME}:{port}", "pt")
     out, err = client.communicate(timeout=120)
     assert out.startswith("done 40"), err[-3000:]
-    shares = [_answered(server) - b for server, b in zip(servers, before, strict=True)]
-    deadline = time.monotonic() + 10  # a server counts a request a little after its answer has left
-    while sum(shares) < 41 and time.monotonic() < deadline:
-        time.sleep(0.05)
-        shares = [_answered(server) - b for server, b in zip(servers, before, strict=True)]
-    assert sum(shares) == 41  # the one that connects, and the 40
-    assert min(shares) >= 10, shares  # round robin: about half each (pick_first would give one all 41)
+
+    def shares() -> list[int]:
+        return [_answered(server) - b for server, b in zip(servers, before, strict=True)]
+
+    wait_until(lambda: sum(shares()) >= 41, timeout_s=10)  # a server counts a request a little after its answer
+    counted = shares()
+    assert sum(counted) == 41  # the one that connects, and the 40
+    assert min(counted) >= 10, counted  # round robin: about half each (pick_first would give one all 41)

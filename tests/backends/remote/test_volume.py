@@ -32,6 +32,7 @@ from monai_triton_ops.server import LocalTritonServer, TritonInstall
 
 from ... import triton_models
 from ...conftest import UNET_META, save_model, tiny_unet
+from ...server.conftest import settled
 from .conftest import MODE_IDS, MODES, Open, serve, url
 
 pytestmark = pytest.mark.triton
@@ -110,15 +111,12 @@ def test_one_request_crosses_the_wire_the_windows_stay_on_the_server(
 
 def _counts(backend: BaseBackend) -> int:
     """Successful requests of the backend's model, once the statistics have settled (they lag responses)."""
-    last = -1
-    for _ in range(50):
+
+    def read() -> int:
         stats = backend.statistics()["model_stats"][0]  # type: ignore[attr-defined]
-        count = int(stats.get("inference_stats", {}).get("success", {}).get("count", 0))
-        if count == last:
-            return count
-        last = count
-        time.sleep(0.1)
-    return last
+        return int(stats.get("inference_stats", {}).get("success", {}).get("count", 0))
+
+    return settled(read)
 
 
 def test_a_deadline_stops_the_volume_on_the_server_and_the_model_serves_on(
