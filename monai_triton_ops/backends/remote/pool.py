@@ -183,14 +183,15 @@ class RegionPool:
                 self._free.append(slot)
 
     def release(self, slot: Slot) -> None:
-        """Give back a slot whose request got its response (the server is done with it)."""
+        """Give back a slot whose request got its response. Once ``close()`` has begun it is retired like a
+        quarantined one: the response can reach us a moment before the server lets go of the region ("currently
+        in use"), and a single unregister then left the region registered until the janitor's turn."""
         with self._lock:
             self._busy.discard(slot)
-            keep = not self._closed
-            if keep:
+            if not self._closed:
                 self._free.append(slot)
-        if not keep and slot.region is not None:
-            slot.region.close()
+                return
+        self.quarantine(slot)
 
     def quarantine(self, slot: Slot, *, deadline: float | None = None) -> None:
         """Retire a slot the server may still be using; it is unlinked once the server lets it go."""
