@@ -49,8 +49,12 @@ format: setup
 typecheck: setup
 	$(VENV)/bin/mypy
 
+# Workers of pytest-xdist: on this 2-core machine the suite waits on servers and app processes as much as it
+# computes, so three share the cores best (CONTRIBUTING.md, "Tests in parallel"). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 3
+
 pytest: setup
-	$(PYTEST) --cov --cov-report=term-missing --durations=25
+	$(PYTEST) -n $(TEST_WORKERS) --cov --cov-report=term-missing --durations=25
 
 # The user guide, strict (a broken link, anchor or docstring fails): output/site/index.html.
 docs: setup

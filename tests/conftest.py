@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -137,3 +140,76 @@ def committed_server() -> Iterator[LocalTritonServer]:
     with LocalTritonServer(ROOT / "model_repository", startup_timeout_s=180.0) as server:
         yield server
     assert server.workdir is None, "the server's folder was left behind"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """OpenMP threads (torch's CPU kernels) that wait for work sleep instead of spinning, in the xdist workers and
+    every process they start (apps, model stubs): with three workers on two cores, spinning threads burn the CPU the
+    others need (three small UNets at once: 23.0 s of CPU by default, 15.9 s with ``PASSIVE``; one alone: the same)."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+@pytest.fixture(scope="session")
+def sample_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The MNI T1 as NIfTI (``t1.nii.gz``) and as a DICOM MR series (``dicom/``), with reference ``labels.nii.gz``.
+
+    Written once per run: under pytest-xdist by the first worker that asks (the others wait on a lock), into the
+    run's folder that all workers share; it is complete or absent (written beside, then renamed).
+    """
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if "PYTEST_XDIST_WORKER" in os.environ else base
+    out = shared / "sample_data" / "brain_tissue_seg"
+    with (shared / "sample_data.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not out.is_dir():
+            partial = out.with_name(f"{out.name}.partial")
+            script = ROOT / "apps" / "brain_tissue_seg" / "make_sample_data.py"
+            subprocess.run([sys.executable, str(script), "--out", str(partial)], check=True, timeout=600)
+            partial.rename(out)
+    return out
+
+
+#: Folders whose tests share session fixtures (the binding meta-test's record, the packaged wheel and MAP image,
+#: the TorchScript files, the demo repository): under pytest-xdist each runs whole on one worker.
+SHARED_FOLDERS = ("bindings", "packaging", "repository", "server")
+
+#: The groups that take longest (app runs, the MAP image, the docs' commands; measured with ``-n 3``), handed out
+#: first so that no worker starts one of them when the others are nearly done. The rest follow, most tests first.
+LONGEST_FIRST = (
+    "tests/apps/test_brain_tissue_seg.py",
+    "packaging",
+    "tests/test_docs.py",
+    "tests/apps/test_minimal.py",
+    "tests/apps/test_volume_mode.py",
+    "tests/backends/test_contract.py",
+    "repository",
+    "tests/backends/remote/test_fleet.py",
+    "bindings",
+    "tests/backends/test_inprocess.py",
+)
+
+
+def xdist_group_of(nodeid: str) -> str:
+    """A test's group under pytest-xdist: its folder when the folder shares session fixtures, else its file."""
+    path = nodeid.split("::", 1)[0]
+    folder = path.split("/")[1]
+    return folder if folder in SHARED_FOLDERS else path
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``make test`` runs on two workers (``-n 2``): whole groups (``xdist_group_of``) go to one worker each, so
+    module and session fixtures (servers, app runs, the MAP image) start once, not once per worker. xdist's own
+    ``--dist loadgroup`` cannot do it with pytest 9 (it rewrites ``item._nodeid``, which pytest 9 no longer reads)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group_of(nodeid)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            for group in reversed(LONGEST_FIRST):  # the queue is built by then; its first unit not yet handed out
+                if group in self.workqueue:
+                    self.workqueue.move_to_end(group, last=False)
+            super()._assign_work_unit(node)
+
+    return GroupScheduling(config, log)

@@ -1,6 +1,6 @@
 """The sample app as users run it: a real App SDK application in its own process, on the real MRI.
 
-Sample data is written once per session from the atlas nilearn ships (``conftest.sample_data``); each app
+Sample data is written once per run from the atlas nilearn ships (``tests/conftest.py``, ``sample_data``); each app
 run is ``monai-triton exec`` in a subprocess, as in the README. The runs on a remote Triton use the session's
 tritonserver over the committed repository (``committed_server``): what they check is the app's side of the
 connection, and each looks only at what its own app process left on the server.

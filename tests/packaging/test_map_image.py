@@ -133,11 +133,8 @@ def writable(folder: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def dicom(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("sample") / "brain_tissue_seg"
-    script = APP / "make_sample_data.py"
-    subprocess.run([sys.executable, str(script), "--out", str(out)], check=True, timeout=600, capture_output=True)
-    return out / "dicom"
+def dicom(sample_data: Path) -> Path:
+    return sample_data / "dicom"
 
 
 @pytest.fixture(scope="module")
