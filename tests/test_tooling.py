@@ -6,6 +6,7 @@ project's own configuration from ``pyproject.toml``.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -99,3 +100,37 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make test   #" in readme
     assert ci.strip().splitlines()[-1] == "make test"
+
+
+def test_make_test_runs_on_workers_and_prints_the_slowest_tests() -> None:
+    """Which tests cost what is printed by every run (issue 19: "pytest prints no durations"). The Makefile's
+    defaults: no worker count from the environment or from a ``make`` this run is part of."""
+    unset = {"TEST_WORKERS", "MAKEFLAGS", "MFLAGS", "MAKELEVEL"}
+    env = {key: value for key, value in os.environ.items() if key not in unset}
+    result = subprocess.run(
+        [shutil.which("make") or "make", "-n", "pytest"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    (command,) = [line for line in result.stdout.splitlines() if "-m pytest" in line]
+    assert "--durations=25" in command
+    assert "-n 3" in command
+
+
+def test_the_worker_groups_name_what_is_on_disk() -> None:
+    """A renamed file or folder would silently leave ``LONGEST_FIRST`` (handed out last) or ``SHARED_FOLDERS``
+    (its session fixtures made once per worker, the binding meta-test split from what it reads)."""
+    from .conftest import LONGEST_FIRST, SHARED_FOLDERS, xdist_group_of
+
+    for folder in SHARED_FOLDERS:
+        assert (ROOT / "tests" / folder).is_dir(), folder
+    for group in LONGEST_FIRST:
+        assert (ROOT / group).is_file() or group in SHARED_FOLDERS, group
+    assert xdist_group_of("tests/bindings/test_server.py::test_x[a-b]") == "bindings"
+    assert xdist_group_of("tests/backends/remote/test_fleet.py::test_y") == "tests/backends/remote/test_fleet.py"
+    assert xdist_group_of("tests/test_docs.py::test_z[README.md:1]") == "tests/test_docs.py"

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import nibabel as nib
@@ -44,6 +45,22 @@ class Conv(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.conv(x)
+
+
+@pytest.fixture(autouse=True)
+def _sigint_as_in_a_terminal() -> Iterator[None]:
+    """Apps start with SIGINT as a terminal's foreground job has it, whatever started pytest. The app keeps an
+    ignored SIGINT ignored, as Python does (a background job of a non-interactive shell inherits it ignored: a CI
+    run started that way saw exit 0 or 1 instead of 130); an ignored disposition is the only one a child inherits."""
+    before = signal.getsignal(signal.SIGINT)
+    if before is not signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 @pytest.fixture(scope="module")

@@ -295,9 +295,15 @@ def _slow(steps: int) -> np.ndarray:
 
 
 def _timed_run(backend: BaseBackend, steps: int) -> float:
-    start = time.monotonic()
-    backend.infer({"x": _slow(steps)})
-    return time.monotonic() - start
+    """The quicker of two runs, for deadlines that must be missed: a first run also warms the model (TorchScript
+    optimises after profiling its first calls), and another worker's load can stretch any one run (a first run
+    10x slower than the next let a request beat ``took / 10``)."""
+    times = []
+    for _ in range(2):
+        start = time.monotonic()
+        backend.infer({"x": _slow(steps)})
+        times.append(time.monotonic() - start)
+    return min(times)
 
 
 # -- what every backend does with a model ---------------------------------------------------------
