@@ -47,6 +47,26 @@ class Conv(torch.nn.Module):
         return self.conv(x)
 
 
+#: Every app a test started: one a failed test left running is ended by ``_no_app_left``.
+STARTED: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_app_left() -> Iterator[None]:
+    """An app a failing test left behind gets SIGTERM (it closes its in-process server), then SIGKILL. Left alone it
+    outlived the run; once its stderr pipe closed it died with its server's stub still running (issue 19's note)."""
+    yield
+    while STARTED:
+        process = STARTED.pop()
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=30)
+
+
 @pytest.fixture(autouse=True)
 def _sigint_as_in_a_terminal() -> Iterator[None]:
     """Apps start with SIGINT as a terminal's foreground job has it, whatever started pytest. The app keeps an
@@ -88,6 +108,7 @@ class Run:
         command = [sys.executable, str(APP), "-i", str(image), "-o", str(out), "-m", str(repo), *extra]
         self.out = out
         self.process = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+        STARTED.append(self.process)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
