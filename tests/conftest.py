@@ -197,7 +197,7 @@ def xdist_group_of(nodeid: str) -> str:
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``make test`` runs on two workers (``-n 2``): whole groups (``xdist_group_of``) go to one worker each, so
+    """``make test`` runs on three workers (``-n 3``): whole groups (``xdist_group_of``) go to one worker each, so
     module and session fixtures (servers, app runs, the MAP image) start once, not once per worker. xdist's own
     ``--dist loadgroup`` cannot do it with pytest 9 (it rewrites ``item._nodeid``, which pytest 9 no longer reads)."""
     from xdist.scheduler import LoadScopeScheduling
