@@ -131,7 +131,9 @@ def watch_load(load: Callable[[], None], name: str, said: Callable[[], str], on_
     """
     from .. import bindings as b
 
-    before = {c.pid for c in stub_children() if c.zombie}
+    # Stubs that run already belong to other models (one being unloaded exits meanwhile, a zombie for a moment
+    # until Triton reaps it): only a stub started during this load can be this model's.
+    before = {c.pid for c in stub_children()}
     outcome: concurrent.futures.Future[None] = concurrent.futures.Future()
     threading.Thread(target=_run_into, args=(outcome, load), name=f"triton-load-{name}", daemon=True).start()
     dead: Child | None = None
