@@ -51,8 +51,8 @@ from ..errors import BackendUnavailableError, ServerNotFoundError
 from ..repository.servable import load_failure
 from ..server.environment import (
     assemble_backend_dir,
+    remove_leftovers_of_dead_launchers,
     remove_shm_regions,
-    remove_stale_shm_regions,
     server_environment,
     shm_prefix,
 )
@@ -154,7 +154,7 @@ class InProcessServer:
     def _start(self, install: Any, repository: Path) -> None:
         from .. import bindings as b
 
-        remove_stale_shm_regions()
+        remove_leftovers_of_dead_launchers()
         stub_env = server_environment(install)
         os.environ.update({key: stub_env[key] for key in STUB_ENVIRON})
         backends = assemble_backend_dir(install, self._workdir / "backends")

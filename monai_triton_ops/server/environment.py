@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import secrets
+import signal
 import sys
 import sysconfig
 from collections.abc import Mapping
@@ -35,6 +37,9 @@ MALLOC_TRIM_THRESHOLD = 256 << 20
 #: Where POSIX shared memory (``shm_open``) lives on Linux; the Python backend keeps one region per model instance.
 SHM_DIR = Path("/dev/shm")  # noqa: S108 - only read and unlinked, names with our own prefix
 _SHM_PREFIX = "monai_triton_"
+_PREFIX_RE = re.compile(rf"{_SHM_PREFIX}(\d+)_[0-9a-f]+_")
+#: The executable a stub's parent has when a ``tritonserver`` process (not an in-process server) runs it.
+SERVER_NAME = "tritonserver"
 
 
 def assemble_backend_dir(install: TritonInstall, dest: Path) -> Path:
@@ -104,16 +109,80 @@ def remove_shm_regions(prefix: str) -> int:
     return removed
 
 
+def remove_leftovers_of_dead_launchers() -> None:
+    """What a server start clears first: the stubs, then the regions, of launchers that no longer run."""
+    end_stale_stubs()
+    remove_stale_shm_regions()
+
+
 def remove_stale_shm_regions() -> int:
     """Unlink regions left by launchers that no longer run (a server killed with its parent cannot clean up)."""
     removed = 0
     for region in SHM_DIR.glob(f"{_SHM_PREFIX}*_*_*"):
-        pid = region.name[len(_SHM_PREFIX) :].split("_", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not pid_exists(int(pid)):
+        launcher = _launcher_pid(region.name)
+        if launcher is not None and launcher != os.getpid() and not pid_exists(launcher):
             removed += remove_shm_regions(region.name)
     if removed:
         logger.info("removed %d shared-memory regions left by tritonservers of dead processes", removed)
     return removed
+
+
+def end_stale_stubs() -> list[int]:
+    """SIGKILL the Python-backend stubs of launchers that no longer run; returns their pids.
+
+    A stub whose parent dies notices within ~300 ms and exits, unless it is blocked: one was seen deadlocked
+    on a futex for 18 minutes after its app was killed (a mutex in shared memory that the dead app held),
+    holding the app's output pipes and its region. Its region name carries our prefix with the launcher's
+    pid (:func:`shm_prefix`). A stub whose parent is a ``tritonserver`` is left alone: that server still
+    runs and answers for its stubs, whoever started it.
+    """
+    ended = []
+    for pid, argv in _processes_named(STUB_NAME):
+        launchers = {_launcher_pid(arg.rsplit("/", 1)[-1]) for arg in argv} - {None}
+        if not launchers or any(p == os.getpid() or pid_exists(p) for p in launchers if p is not None):
+            continue
+        if _parent_name(pid) == SERVER_NAME:
+            continue
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            continue
+        ended.append(pid)
+    if ended:
+        logger.warning("ended %d Python-backend stub(s) left running by dead processes: pids %s", len(ended), ended)
+    return ended
+
+
+def _launcher_pid(name: str) -> int | None:
+    """The launcher pid in ``monai_triton_<pid>_<token>_...`` (a region name), else None."""
+    match = _PREFIX_RE.match(name)
+    return int(match.group(1)) if match else None
+
+
+def _processes_named(executable: str) -> list[tuple[int, list[str]]]:
+    """``(pid, argv)`` of every process whose executable is ``executable`` (by the kernel's 15-character name)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if Path(f"/proc/{entry}/comm").read_text().strip() != executable[:15]:
+                continue
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue  # gone meanwhile
+        found.append((int(entry), argv))
+    return found
+
+
+def _parent_name(pid: int) -> str | None:
+    """The executable name of ``pid``'s parent, else None (either one gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        parent = int(stat[stat.rindex(")") + 2 :].split()[1])
+        return Path(f"/proc/{parent}/comm").read_text().strip()
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def pid_exists(pid: int) -> bool:

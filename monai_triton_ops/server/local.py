@@ -47,8 +47,8 @@ from . import health, logs, readiness
 from .discovery import TritonInstall, find_tritonserver
 from .environment import (
     assemble_backend_dir,
+    remove_leftovers_of_dead_launchers,
     remove_shm_regions,
-    remove_stale_shm_regions,
     server_environment,
     shm_prefix,
 )
@@ -260,7 +260,7 @@ class LocalTritonServer:
         served = replace(options, model_repository=mirror_repository(repo, self._workdir / "repository"))
         env = server_environment(install)
         readiness.check_stub(install, env, self.options)
-        remove_stale_shm_regions()
+        remove_leftovers_of_dead_launchers()
         self._log_path = options.log_path or self._workdir / "tritonserver.log"
         deadline = time.monotonic() + options.startup_timeout_s
         started = time.monotonic()

@@ -9,9 +9,11 @@ binding and ``inprocess_server`` (no torch), the backend-level ones the whole pa
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
+import signal
 import subprocess
 import sys
 import tarfile
@@ -38,6 +40,7 @@ from monai_triton_ops.errors import (
 from monai_triton_ops.server.discovery import find_triton_library
 
 from .. import triton_models
+from ..server.conftest import wait_until
 
 pytestmark = [
     pytest.mark.triton,
@@ -457,6 +460,63 @@ def test_a_stub_that_died_ends_its_requests_and_the_server_without_waiting(repo:
     assert_clean_exit(result, pid)
     assert result.stdout.count("failed InternalError") == 2, result.stdout
     assert "deleted False reason 1 stub(s) died" in result.stdout, result.stdout
+
+
+ORPHAN_A_BLOCKED_STUB = """
+import signal
+server = open_server(60, "passthrough")
+from monai_triton_ops.backends import stubs
+pids = stubs.stub_pids(server.shm_prefix)
+print("stubs", *pids, flush=True)
+for pid in pids:  # blocked, it cannot notice that its app died (as the one seen deadlocked on a futex)
+    os.kill(pid, signal.SIGSTOP)
+time.sleep(0.2)
+print("states", *(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] for pid in pids), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _state(pid: int) -> str | None:
+    """The process state letter from ``/proc/<pid>/stat`` (``T``: stopped), else None (gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2]
+
+
+def test_a_stub_left_blocked_by_a_killed_app_is_ended_by_the_next_server_start(repo: Path, tmp_path: Path) -> None:
+    """A stub whose app was killed while the stub could not run kept running (one deadlocked for 18 min, holding
+    its app's output pipes); the next in-process start ends it and its region. Output goes to files: the
+    orphan holds whatever pipes its app had. Any server start ends such stubs, so under parallel tests another
+    worker's start may come first; without the cleanup nothing ends a stopped stub, and the test fails."""
+    out = tmp_path / "out.txt"
+    with out.open("w") as sink:
+        killed = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(OWNER_PRELUDE + ORPHAN_A_BLOCKED_STUB), str(repo)],
+            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=sink, stderr=subprocess.STDOUT,
+            timeout=120, check=False,
+        )  # fmt: skip
+    said = out.read_text()
+    assert killed.returncode == -9, said[-3000:]
+    app = int(re.findall(r"^pid (\d+)$", said, re.MULTILINE)[0])
+    orphans = [int(p) for p in re.findall(r"^stubs (.*)$", said, re.MULTILINE)[0].split()]
+    try:
+        assert orphans, said[-3000:]
+        assert re.findall(r"^states (.*)$", said, re.MULTILINE)[0].split() == ["T"] * len(orphans), said[-3000:]
+        started, _ = run_owner_child("server = open_server(60, 'passthrough'); server.close(); sys.exit(0)", repo)
+        assert started.returncode == 0, started.stderr[-3000:]
+        assert wait_until(lambda: all(_state(p) in (None, "Z") for p in orphans), 5), [_state(p) for p in orphans]
+        assert not list(Path("/dev/shm").glob(f"monai_triton_{app}_*"))
+        ended = re.search(
+            r"ended \d+ Python-backend stub\(s\) left running by dead processes: pids \[(.*)\]", started.stderr
+        )
+        if ended:  # this start found them (else another worker's start did): it names them
+            assert set(orphans) <= {int(p) for p in ended.group(1).split(", ")}, started.stderr[-3000:]
+    finally:
+        for pid in orphans:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.slow
