@@ -28,12 +28,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..server.discovery import STUB_NAME
+from ..server.discovery import STUB_COMM, STUB_NAME
+from ..server.process import proc_stat
 
 logger = logging.getLogger(__name__)
 
-#: ``/proc/<pid>/stat`` keeps the first 15 characters of the executable's name, also for a zombie.
-STUB_COMM = "triton_python_b"
 #: What Triton forks to start a stub; a zombie ``bash`` child is a stub launch that failed before the exec.
 LAUNCHER_COMM = "bash"
 #: How much of the stubs' output is kept for error messages.
@@ -82,12 +81,10 @@ def children() -> list[Child]:
 
 
 def _read_stat(pid: int) -> Child | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+    stat = proc_stat(pid)
+    if stat is None:
         return None
-    comm = text[text.index("(") + 1 : text.rindex(")")]
-    fields = text[text.rindex(")") + 2 :].split()  # fields[0] is field 3 (state); exit_code is field 52
+    comm, fields = stat  # fields[0] is field 3 (state); exit_code is field 52
     return Child(pid=pid, comm=comm, zombie=fields[0] == "Z", exit_status=int(fields[-1]) if len(fields) >= 50 else 0)
 
 

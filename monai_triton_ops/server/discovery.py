@@ -49,6 +49,8 @@ LIBRARY_HINT = (
 )
 _LIB_GLOB = "libtritonserver*.so*"
 STUB_NAME = "triton_python_backend_stub"
+#: The stub's name in ``/proc/<pid>/comm`` and ``stat``: the kernel keeps an executable's first 15 characters.
+STUB_COMM = STUB_NAME[:15]
 PYTHON_BACKEND_FILES = ("libtriton_python.so", "triton_python_backend_utils.py")
 
 

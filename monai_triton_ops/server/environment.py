@@ -27,7 +27,8 @@ import sysconfig
 from collections.abc import Mapping
 from pathlib import Path
 
-from .discovery import PYTHON_BACKEND_FILES, STUB_NAME, TritonInstall
+from .discovery import PYTHON_BACKEND_FILES, STUB_COMM, STUB_NAME, TritonInstall
+from .process import proc_stat
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ def remove_stale_shm_regions() -> int:
     removed = 0
     for region in SHM_DIR.glob(f"{_SHM_PREFIX}*_*_*"):
         launcher = _launcher_pid(region.name)
-        if launcher is not None and launcher != os.getpid() and not pid_exists(launcher):
+        if launcher is not None and _gone(launcher):
             removed += remove_shm_regions(region.name)
     if removed:
         logger.info("removed %d shared-memory regions left by tritonservers of dead processes", removed)
@@ -137,11 +138,9 @@ def end_stale_stubs() -> list[int]:
     runs and answers for its stubs, whoever started it.
     """
     ended = []
-    for pid, argv in _processes_named(STUB_NAME):
-        launchers = {_launcher_pid(arg.rsplit("/", 1)[-1]) for arg in argv} - {None}
-        if not launchers or any(p == os.getpid() or pid_exists(p) for p in launchers if p is not None):
-            continue
-        if _parent_name(pid) == SERVER_NAME:
+    for pid, argv in _stub_processes():
+        launchers = {launcher for launcher in map(_launcher_pid, argv) if launcher is not None}
+        if not launchers or not all(map(_gone, launchers)) or _parent_name(pid) == SERVER_NAME:
             continue
         try:
             os.kill(pid, signal.SIGKILL)
@@ -159,14 +158,19 @@ def _launcher_pid(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _processes_named(executable: str) -> list[tuple[int, list[str]]]:
-    """``(pid, argv)`` of every process whose executable is ``executable`` (by the kernel's 15-character name)."""
+def _gone(launcher: int) -> bool:
+    """Whether the process that named a region or stub no longer runs (never this one)."""
+    return launcher != os.getpid() and not pid_exists(launcher)
+
+
+def _stub_processes() -> list[tuple[int, list[str]]]:
+    """``(pid, argv)`` of every Python-backend stub on this host that this process can see."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            if Path(f"/proc/{entry}/comm").read_text().strip() != executable[:15]:
+            if Path(f"/proc/{entry}/comm").read_text().strip() != STUB_COMM:
                 continue
             argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace").split("\0")
         except OSError:
@@ -177,12 +181,9 @@ def _processes_named(executable: str) -> list[tuple[int, list[str]]]:
 
 def _parent_name(pid: int) -> str | None:
     """The executable name of ``pid``'s parent, else None (either one gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        parent = int(stat[stat.rindex(")") + 2 :].split()[1])
-        return Path(f"/proc/{parent}/comm").read_text().strip()
-    except (OSError, ValueError, IndexError):
-        return None
+    stat = proc_stat(pid)
+    parent = proc_stat(int(stat[1][1])) if stat is not None else None
+    return parent[0] if parent is not None else None
 
 
 def pid_exists(pid: int) -> bool:

@@ -16,12 +16,23 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
 #: How long to wait for processes after SIGKILL (the kernel is quick; init reaps orphans).
 KILL_WAIT_S = 10.0
+
+
+def proc_stat(pid: int) -> tuple[str, list[str]] | None:
+    """``(comm, fields)`` of ``/proc/<pid>/stat``, else None (gone). ``comm`` is the executable's first 15
+    characters, also for a zombie; ``fields`` start at the state (field 3): ``fields[1]`` is the parent pid."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
 
 
 def die_with_parent() -> Callable[[], None] | None:

@@ -38,6 +38,7 @@ from monai_triton_ops.errors import (
     ModelLoadError,
 )
 from monai_triton_ops.server.discovery import find_triton_library
+from monai_triton_ops.server.process import proc_stat
 
 from .. import triton_models
 from ..server.conftest import wait_until
@@ -478,11 +479,8 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 def _state(pid: int) -> str | None:
     """The process state letter from ``/proc/<pid>/stat`` (``T``: stopped), else None (gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat[stat.rindex(")") + 2]
+    stat = proc_stat(pid)
+    return stat[1][0] if stat is not None else None
 
 
 def test_a_stub_left_blocked_by_a_killed_app_is_ended_by_the_next_server_start(repo: Path, tmp_path: Path) -> None:
