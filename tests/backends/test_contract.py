@@ -108,8 +108,8 @@ TEXT = ModelSignature(
 )
 #: Matrix products per slow request.
 STEPS = 8000
-#: The quickest a request of ``STEPS`` ran on this project's 2-core CI machine, idle and warm (0.020-0.021 s in
-#: process, more through a server): deadlines are a tenth of it at most (:func:`_deadline`).
+#: The quickest a request of ``STEPS`` ran on this project's 2-core CI machine, idle and warm (in process, 14 of 16
+#: runs 0.0195-0.0212 s; more through a server): deadlines are a tenth of it at most (:func:`_deadline`).
 FASTEST_RUN_S = 0.02
 
 
