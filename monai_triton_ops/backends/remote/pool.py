@@ -4,8 +4,8 @@ A slot holds one request's inputs and outputs side by side (each tensor at its o
 offset; the region itself is always registered at offset 0, because 2.51 applies a registration
 offset twice). A slot is taken for one request and given back when its response has arrived, so
 at most ``max_in_flight`` slots exist in steady state and a sliding window reuses them window after
-window. Growing a slot replaces its region (unregister + unlink the old one, create and register a
-bigger one); sizes at least double, so a slot is re-registered a handful of times at most.
+window. Growing a slot replaces its region (the old one is retired like a quarantined one, below; a bigger
+one is created and registered); sizes at least double, so a slot is re-registered a handful of times at most.
 
 Outputs are handed to the caller as views of the slot, without a copy, and the slot is *leased*: it
 serves no other request until every array viewing it is gone (a finaliser on the arrays' common base
@@ -50,6 +50,14 @@ _REAP_INTERVAL_S = 0.25
 def _call_timeout(deadline: float | None) -> float:
     """A register/unregister call's deadline: ``_CALL_TIMEOUT_S``, or less when the request has less left."""
     return _CALL_TIMEOUT_S if deadline is None else min(_CALL_TIMEOUT_S, deadline - time.monotonic())
+
+
+def _time_to_register(deadline: float | None) -> float:
+    """The deadline of a region's registration; raises if the request's deadline has passed."""
+    timeout = _call_timeout(deadline)
+    if timeout <= 0:
+        raise CallError(Status.DEADLINE, "the deadline passed before a shared memory region was registered")
+    return timeout
 
 
 def aligned(size: int) -> int:
@@ -120,16 +128,15 @@ class RegionPool:
         return slot
 
     def _grow(self, slot: Slot, byte_size: int, deadline: float | None) -> None:
-        timeout = _call_timeout(deadline)
-        if timeout <= 0:
-            raise CallError(Status.DEADLINE, "the deadline passed before a shared memory region was registered")
+        _time_to_register(deadline)
         old = slot.region
         size = max(byte_size, 2 * old.byte_size) if old is not None else byte_size
         slot.region = None
         if old is not None:
-            old.close()
+            self._retire(old, deadline)
         region = SystemRegion(size)
         try:
+            timeout = _time_to_register(deadline)  # what is left after retiring the old region
             self._transport.register_system_shm(region.name, region.key, region.byte_size, timeout_s=timeout)
         except BaseException:
             region.close(unregister=False)
@@ -140,6 +147,18 @@ class RegionPool:
         slot.region = region
         self.registrations += 1
         logger.debug("registered shared memory region %s (%d bytes)", region.name, region.byte_size)
+
+    def _retire(self, region: SystemRegion, deadline: float | None) -> None:
+        """Retire a grown slot's old region as a quarantined one: the server can hold a region a moment after
+        its last response ("currently in use": the region registered at open, grown by the first request), and a
+        single unregister then left it registered until the janitor's turn."""
+        retired = Slot()
+        retired.region = region
+        with self._lock:
+            self._quarantined.add(retired)
+        timeout = _call_timeout(deadline)
+        if timeout > 0:
+            self._try_retire(retired, timeout)  # most often at once; else the next request or close() tries again
 
     def _unregister(self, name: str) -> None:
         self._transport.unregister_system_shm(name, timeout_s=_CALL_TIMEOUT_S)

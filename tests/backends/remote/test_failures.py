@@ -137,6 +137,33 @@ def test_close_cutting_requests_off_still_unregisters_once_the_server_lets_go(
 
 
 @pytest.mark.parametrize("scheme", ["grpc", "http"])
+def test_a_grown_slots_old_region_still_in_use_is_unregistered_later(server: LocalTritonServer, scheme: str) -> None:
+    """A slot grows by replacing its region; the server may hold the old one a moment after its last response
+    (a fresh-clone CI run: the region registered at open, grown by the first request, refused "currently in use"
+    and left registered after close). A test cannot time that refusal for real, so the first unregister is refused
+    here by the transport (simulated, the words 2.51 uses); the old region must still be unregistered by close."""
+    backend = create_backend(f"{url(server, scheme)}?shared_memory=system&max_in_flight=1", "ident").open()
+    transport = backend._fleet.only_server().transport  # type: ignore[attr-defined]
+    unregister, refused = transport.unregister_system_shm, []
+
+    def refuse_once(name: str, *, timeout_s: float) -> None:
+        if not refused:
+            refused.append(name)
+            raise InferenceError(f"Cannot unregister shared memory region '{name}', it is currently in use (simulated)")
+        unregister(name, timeout_s=timeout_s)
+
+    transport.unregister_system_shm = refuse_once
+    small = np.arange(16, dtype=np.float32)
+    np.testing.assert_array_equal(backend.infer({"INPUT__0": small})["OUTPUT__0"], small)
+    large = np.arange(1 << 16, dtype=np.float32)  # 256 KB: the slot grows, its old region is retired
+    np.testing.assert_array_equal(backend.infer({"INPUT__0": large})["OUTPUT__0"], large)
+    assert refused, "no region was retired: the slot did not grow"
+    backend.close(timeout_s=30)
+    assert not own_regions()
+    assert not registered_by_us(server)
+
+
+@pytest.mark.parametrize("scheme", ["grpc", "http"])
 def test_a_dead_stub_fails_each_request_clearly(server: LocalTritonServer, open_backend: Open, scheme: str) -> None:
     """2.51 does not restart a dead stub and keeps the model READY (pitfall B2): requests fail, none hangs."""
     backend = open_backend(url(server, scheme), "crashing")
