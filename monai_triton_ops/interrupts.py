@@ -33,9 +33,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .exits import INTERRUPTED, TERMINATED
-
 logger = logging.getLogger(__name__)
+
+#: The exit code of a process a signal ended: 128 + the signal's number, as a shell reports it.
+#: ``exits`` lists them with the other codes.
+INTERRUPTED = 128 + signal.SIGINT
+TERMINATED = 128 + signal.SIGTERM
 
 #: The whole cleanup gets this long before the process ends regardless.
 DEADLINE_S = 8.0

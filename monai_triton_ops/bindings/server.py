@@ -275,9 +275,9 @@ class TRITONSERVER_Server(TritonObject):
     def _adopt(self, child: Any) -> None:
         self._children.add(child)
 
-    def _landed(self, request: TRITONSERVER_InferenceRequest) -> None:
+    def _landed(self, handle: int) -> None:
         with self._flight_lock:
-            self._in_flight.discard(request._handle)
+            self._in_flight.discard(handle)
 
     def _invalidate_children(self) -> None:
         """Delete Python-owned requests and responses: alive, they would keep their models loaded."""

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import ServerStartError
-from ..repository.servable import load_failure
 from . import health, logs
+from .capabilities import load_failure
 from .discovery import TritonInstall
 from .options import ServerOptions
 from .stub import python_models, repository_stub_problems
@@ -74,7 +74,7 @@ def raise_model_failures(
     """Raise for the first failure of a wanted model (every model, when none was named).
 
     Where the model's ``config.pbtxt`` explains the failure (a backend or instance kind this server lacks),
-    the error names the fix instead (``repository.servable``).
+    the error names the fix instead (``capabilities.load_failure``).
     """
     wanted = set(options.models)
     failures = [f for f in failures if not wanted or f.model in wanted]
