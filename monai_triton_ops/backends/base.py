@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, ClassVar, overload
+from typing import TYPE_CHECKING, ClassVar, NamedTuple, overload
 
 import numpy as np
 import torch
@@ -53,12 +53,19 @@ from .requests import Call, InferRequest, Parameter, checked_parameters, complet
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = ["ArrayFamily", "ArrayLike", "BackendState", "BaseBackend", "InferRequest"]
+__all__ = ["ArrayFamily", "ArrayLike", "Availability", "BackendState", "BaseBackend", "InferRequest"]
 
 logger = logging.getLogger(__name__)
 
 #: How long ``close()`` waits for requests in flight when the caller gives no deadline.
 CLOSE_TIMEOUT_S = 30.0
+
+
+class Availability(NamedTuple):
+    """Whether a backend can run here, and one line on what it needs or why it cannot (``monai-triton backends``)."""
+
+    runs_here: bool
+    detail: str
 
 
 class BackendState(enum.Enum):
@@ -84,6 +91,15 @@ class BaseBackend(ABC):
     options_type: ClassVar[type[BackendOptions]] = BackendOptions
     #: Whether requests may carry Triton request parameters (``submit(..., parameters=...)``) to the model.
     takes_parameters: ClassVar[bool] = False
+
+    @classmethod
+    def availability(cls, scheme: str) -> Availability:
+        """Whether this backend can run here, asked through the registry once its class imports.
+
+        Without a model or a server: a backend checks what it needs beyond its import (a device, a library) and
+        says so in one line. ``scheme`` is the one it is registered under (a class may serve several).
+        """
+        return Availability(True, "a third-party backend")
 
     def __init__(
         self,

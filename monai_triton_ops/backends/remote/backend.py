@@ -50,7 +50,7 @@ from ...errors import (
     ServerUnavailableError,
 )
 from ...signature import ModelSignature
-from ..base import ArrayLike, BaseBackend, InferRequest
+from ..base import ArrayLike, Availability, BaseBackend, InferRequest
 from ..options import BackendOptions
 from . import shm
 from .endpoints import TransportSettings, spec_endpoints
@@ -116,6 +116,12 @@ class RemoteBackend(BaseBackend):
     kind = "remote"
     options_type = RemoteOptions
     takes_parameters = True
+
+    @classmethod
+    def availability(cls, scheme: str) -> Availability:
+        """Nothing to check before a server is named: it runs wherever one answers."""
+        tls = "TLS; " if scheme.endswith("s") else ""
+        return Availability(True, f"{tls}needs a Triton server: {scheme}://HOST:PORT")
 
     def __init__(
         self,
