@@ -22,9 +22,7 @@ ALLOWED: Mapping[str, int] = {
     # (issue 26, points 1 and 2)
     "monai_triton_ops/backends/remote/fleet.py": 498,
     "monai_triton_ops/backends/remote/backend.py": 495,
-    # to be split by concept, each in its own commit
     "monai_triton_ops/backends/inprocess_server.py": 406,
-    "monai_triton_ops/server/local.py": 401,
 }
 
 
