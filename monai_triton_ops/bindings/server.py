@@ -11,7 +11,7 @@ deadlines and process exit belong to whoever owns the server (the in-process bac
 - A request lent to Triton belongs to the server: ``delete()`` refuses (``OwnershipError``, no C call) while
   one is in flight. Triton 2.51's own check is not enough: when its exit timeout expires, ``ServerDelete``
   returns an error without deleting, and deleting again once the requests land frees the server under a
-  model that a Triton thread destroys later (a crash in ``RateLimiter::GetPayload``, seen here under gdb).
+  model that a Triton thread destroys later (the thread then crashes in ``RateLimiter::GetPayload``).
 - For the same reason a server whose stop failed (Triton's exit timeout expired) is never deleted:
   ``delete()`` refuses it. Its owner leaves it to the process's exit.
 
