@@ -85,6 +85,10 @@ class BaseBackend(RequestFlow, ABC):
         """
         return Availability(True, "a third-party backend")
 
+    def describe(self) -> str:
+        """Where and how this backend runs its model, in words: the run line's ``model 'x' ran on ...``."""
+        return f"{self.kind or type(self).__name__} ({type(self).__name__})"
+
     def __init__(
         self,
         model_name: str,

@@ -156,6 +156,9 @@ class InProcessBackend(BaseBackend):
             return Availability(False, f"{library.path} is not inside a Triton install; set TRITONSERVER_HOME")
         return Availability(True, f"Triton's core in the app's process ({library.path})")
 
+    def describe(self) -> str:
+        return "triton (Triton server core in this process, C API)"
+
     def __init__(self, model_name: str, **kwargs: Any) -> None:
         super().__init__(model_name, **kwargs)
         if self.model_repository is None:

@@ -58,6 +58,9 @@ class TorchScriptBackend(BaseBackend):
         cuda = "device=cuda available" if torch.cuda.is_available() else "CPU only here (no CUDA device)"
         return Availability(True, f"TorchScript in the app's process; {cuda}")
 
+    def describe(self) -> str:
+        return f"torch (TorchScript in this process, {cast(TorchScriptOptions, self.options).device})"
+
     def __init__(self, model_name: str, **kwargs: Any) -> None:
         super().__init__(model_name, **kwargs)
         if self.model_repository is None:

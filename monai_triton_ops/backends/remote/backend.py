@@ -110,6 +110,10 @@ class _Attempts:
     where: str = ""
 
 
+#: The transport of each scheme, as the run line names it.
+_TRANSPORTS = {"grpc": "gRPC", "grpcs": "gRPC with TLS", "http": "HTTP", "https": "HTTPS"}
+
+
 class RemoteBackend(BaseBackend):
     """One model on a Triton server; thread-safe; see the module docstring and ``docs/remote.md``."""
 
@@ -183,6 +187,16 @@ class RemoteBackend(BaseBackend):
         """How tensors travel now: ``system`` or ``none`` (``auto`` resolved at open)."""
         exchange = self._exchange
         return "system" if exchange is not None and exchange.pool is not None else "none"
+
+    def describe(self) -> str:
+        """The server, the transport, and where tensors go (and the whole-volume model, in volume mode)."""
+        if not self.urls:
+            return super().describe()
+        scheme, _, host = self.urls[0].partition("://")
+        extra = ", system shared memory" if self.shared_memory == "system" else ", tensors in the request body"
+        if self.remote_options.mode == "volume":
+            extra += f", whole volume to {self.model_name!r}"
+        return f"{scheme} (remote Triton at {host} over {_TRANSPORTS.get(scheme, scheme)}{extra})"
 
     def __repr__(self) -> str:
         return f"RemoteBackend(model={self.model_name!r}, url={self.url!r}, state={self._state.value})"
