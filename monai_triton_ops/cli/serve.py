@@ -27,7 +27,7 @@ def _run_serve(args: argparse.Namespace) -> int:
     """Run the server in the foreground; print where it listens and what it serves once it is ready."""
     from ..server import LocalTritonServer
     from ..server.foreground import run_in_foreground
-    from ..server.health import repository_index
+    from ..server.health import CONTROL_TIMEOUT_S, repository_index
 
     if not _model_folders(args.repository):
         print(f"warning: model repository {str(args.repository)!r} holds no models; serving nothing", file=sys.stderr)
@@ -47,7 +47,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         print(f"gRPC    {server.grpc_url}", flush=True)
         print(f"metrics {server.metrics_url}", flush=True)
         print(f"log     {server.log_path}", flush=True)
-        index = repository_index(server.http_url, timeout_s=10.0) or []
+        index = repository_index(server.http_url, timeout_s=CONTROL_TIMEOUT_S) or []
         for entry in sorted(index, key=lambda e: str(e.get("name"))):
             print(f"model   {entry.get('name')} version {entry.get('version') or '?'} {entry.get('state')}", flush=True)
 
