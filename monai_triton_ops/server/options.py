@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..errors import ConfigError
+from .load_settings import load_threads, needs_auto_complete
 from .ports import LOOPBACK
 
 ModelControlMode = Literal["none", "explicit"]
@@ -97,7 +98,8 @@ def build_argv(
     exit_timeout_s: int,
     shm_prefix: str | None = None,
 ) -> list[str]:
-    """The ``tritonserver`` command line: loopback only, explicit ports, fail fast on a model that fails."""
+    """The ``tritonserver`` command line: loopback only, explicit ports, fail fast on a model that fails, models
+    loaded as ``load_settings`` says (``extra_args`` come last, so a flag given there wins)."""
     argv = [
         os.fspath(server_path),
         f"--model-repository={os.fspath(options.model_repository.resolve())}",
@@ -116,6 +118,9 @@ def build_argv(
     ]
     if shm_prefix:
         argv.append(f"--backend-config=python,shm-region-prefix-name={shm_prefix}")
+    argv.append(f"--model-load-thread-count={load_threads()}")
+    if not needs_auto_complete(options.model_repository):
+        argv.append("--disable-auto-complete-config")
     if options.model_control_mode == "explicit":
         argv += [f"--load-model={name}" for name in options.models]
     return argv + list(options.extra_args)

@@ -45,7 +45,8 @@ def raise_exited(code: int, options: ServerOptions, log_path: Path, install: Tri
     """Raise why a server that exited with ``code`` before it was ready did, from its log.
 
     A port the caller gave that was taken is ``PortInUseError``; one picked free and taken since is ``PortTaken``
-    (the launcher tries other ports); a model that failed to load is named; else the log's first error lines.
+    (the launcher tries other ports); a model that failed to load is named; a known abort is named with its cause;
+    else the exit status and the log's first error lines.
     """
     text = logs.read_tail(log_path, max_lines=10_000, max_chars=1 << 20)
     given = {p for p in (options.http_port, options.grpc_port, options.metrics_port) if p is not None}
@@ -58,11 +59,7 @@ def raise_exited(code: int, options: ServerOptions, log_path: Path, install: Tri
         raise PortTaken()
     tail = logs.read_tail(log_path)
     raise_model_failures(logs.model_failures(text), "failed to load", options, log_path, install)
-    errors = "; ".join(logs.error_lines(text, limit=3))
-    raise ServerStartError(
-        f"tritonserver exited with code {code} before it was ready" + (f": {errors}" if errors else ""),
-        log_tail=tail,
-    )
+    raise ServerStartError(logs.exit_reason(code, text), log_tail=tail)
 
 
 def models_ready(
