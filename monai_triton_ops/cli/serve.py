@@ -19,6 +19,11 @@ def add_serve(commands: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--server-path", type=Path, help="tritonserver binary or install folder (default: wheel)")
     p.add_argument("--startup-timeout", type=float, default=120.0, help="seconds (default: %(default)s)")
     p.add_argument("--log-path", type=Path, help="keep the server log in this file")
+    p.add_argument(
+        "--model-load-thread-count",
+        type=int,
+        help="models loaded at once (default: half the cores, 1 to 4: Python-backend loads starved of CPU abort 2.51)",
+    )
     add_log_level(p, default="INFO")
     p.set_defaults(handler=_run_serve)
 
@@ -39,6 +44,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         server_path=args.server_path,
         startup_timeout_s=args.startup_timeout,
         log_path=args.log_path,
+        model_load_thread_count=args.model_load_thread_count,
     )
 
     def announce(server: LocalTritonServer) -> None:

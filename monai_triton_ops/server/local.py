@@ -96,6 +96,7 @@ class LocalTritonServer:
         log_path: str | os.PathLike[str] | None = None,
         model_control_mode: ModelControlMode = "none",
         models: Sequence[str] = (),
+        model_load_thread_count: int | None = None,
         extra_args: Sequence[str] = (),
     ) -> None:
         self.options = ServerOptions(
@@ -110,6 +111,7 @@ class LocalTritonServer:
             log_path=Path(log_path) if log_path is not None else None,
             model_control_mode=model_control_mode,
             models=_strings("models", models),
+            model_load_thread_count=model_load_thread_count,
             extra_args=_strings("extra_args", extra_args),
         )
         self._state = ServerState.NEW

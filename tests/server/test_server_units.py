@@ -41,6 +41,8 @@ HINT = "pip install --no-deps nvidia-pytriton==0.7.0"
         ({"model_control_mode": "poll"}, "model_control_mode"),
         ({"models": ["ok", "not/safe"]}, "models"),
         ({"models": "add_one"}, "models"),
+        ({"model_load_thread_count": 0}, "model_load_thread_count"),
+        ({"model_load_thread_count": True}, "model_load_thread_count"),
         ({"extra_args": "--foo"}, "extra_args"),
     ],
 )
@@ -279,6 +281,12 @@ def test_an_exit_status_without_a_known_abort_is_said_as_it_is() -> None:
 @pytest.mark.parametrize(("cpus", "threads"), [(1, 1), (2, 1), (3, 1), (4, 2), (8, 4), (64, 4)])
 def test_models_load_at_most_half_the_cores_at_once(cpus: int, threads: int) -> None:
     assert load_settings.load_threads(cpus) == threads
+
+
+def test_a_given_load_thread_count_is_on_the_command_line(tmp_path: Path) -> None:
+    options = ServerOptions(model_repository=tmp_path, model_load_thread_count=3)
+    argv = build_argv(options, server_path=Path("/x/t"), backend_dir=tmp_path, ports=Ports(1, 2, 3), exit_timeout_s=1)
+    assert "--model-load-thread-count=3" in argv
 
 
 def test_auto_complete_is_needed_only_where_a_config_leaves_something_to_complete(tmp_path: Path) -> None:
