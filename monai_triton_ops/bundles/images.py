@@ -1,0 +1,84 @@
+"""App SDK ``Image`` <-> the ``MetaTensor`` a bundle's transforms get, as the App SDK's bundle operator does it.
+
+In: an ``Image`` from ``DICOMSeriesToVolumeOperator`` (array ``(D, H, W)``, metadata with
+``row_pixel_spacing``, ``col_pixel_spacing``, ``depth_pixel_spacing``, ``nifti_affine_transform``) becomes
+the array ``(W, H, D)`` with ``spacing``, ``affine``, ``original_affine``, ``spatial_shape`` and
+``original_channel_dim = "no_channel"``; an ``Image`` that already carries ``spacing`` and
+``original_affine`` (our NIfTI loader's), or no DICOM metadata, is taken as it is. The App SDK's spacing
+order ``[row, col, depth]`` is kept as it is, so results agree with it (see docs/bundles.md).
+
+Out: a label map ``(1, W, H, D)`` becomes an ``Image`` ``(D, H, W)`` of uint8 carrying the pre-processed
+input's metadata; a 2D ``(1, W, H)`` one stays ``(W, H)``.
+"""
+
+from __future__ import annotations
+
+from copy import deepcopy
+from typing import Any
+
+import numpy as np
+import torch
+from monai.data import MetaTensor
+from monai.deploy.core import Image
+from monai.utils import MetaKeys
+
+from ..errors import InputDataError
+
+
+def image_to_tensor(image: Image, name: str) -> MetaTensor:
+    """The App SDK operator's ``_receive_input`` for an ``Image``: the array and metadata as one MetaTensor."""
+    array, metadata = _convert(image)
+    if not isinstance(metadata, dict):
+        raise InputDataError(f"input {name!r}: the image's metadata must be a dict, got {type(metadata).__name__}")
+    value = torch.from_numpy(np.ascontiguousarray(array)) if isinstance(array, np.ndarray) else torch.as_tensor(array)
+    tensor: MetaTensor = MetaTensor.ensure_torch_and_prune_meta(value, dict(metadata))
+    return tensor
+
+
+def array_to_tensor(array: np.ndarray, spec: dict[str, Any], name: str) -> MetaTensor:
+    """A bare array ``(W, H, D)`` or channel-last ``(W, H, D, C)`` / ``(W, H, C)``, as the App SDK takes one."""
+    if array.ndim not in (3, 4):
+        raise InputDataError(f"input {name!r}: expected (W, H, D) or (W, H, D, C), got shape {list(array.shape)}")
+    channels = spec.get("num_channels")
+    spatial = len(spec.get("spatial_shape") or ()) or None
+    channel_last = array.ndim == 4 or (array.ndim == 3 and spatial == 2)
+    if channel_last and channels is not None and array.shape[-1] != channels:
+        raise InputDataError(
+            f"input {name!r} has {array.shape[-1]} channels (last axis) but the bundle expects {channels}"
+        )
+    metadata = {MetaKeys.ORIGINAL_CHANNEL_DIM: -1 if channel_last else "no_channel"}
+    tensor: MetaTensor = MetaTensor.ensure_torch_and_prune_meta(torch.from_numpy(np.ascontiguousarray(array)), metadata)
+    return tensor
+
+
+def tensor_to_image(value: Any, metadata: dict[str, Any]) -> Image:
+    """The App SDK operator's ``_send_output`` for an ``Image`` output: squeeze the channel, swap back, uint8."""
+    array = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+    squeezed = np.squeeze(array, 0)
+    out = squeezed.astype(np.uint8) if squeezed.ndim == 2 else np.swapaxes(squeezed, 0, 2).astype(np.uint8)
+    return Image(out, metadata=metadata)
+
+
+def _convert(image: Image) -> tuple[Any, Any]:
+    metadata = image.metadata()
+    if not metadata or ("spacing" in metadata and "original_affine" in metadata) or "row_pixel_spacing" not in metadata:
+        return image.asnumpy(), metadata
+    return _from_dicom(image)
+
+
+def _from_dicom(image: Image) -> tuple[np.ndarray, dict[str, Any]]:
+    """``DICOMSeriesToVolumeOperator``'s metadata -> MONAI's (the App SDK's ``_convert_from_image_dicom_source``)."""
+    source = image.metadata()
+    meta = deepcopy(source)
+    meta["spacing"] = np.asarray(
+        [source["row_pixel_spacing"], source["col_pixel_spacing"], source["depth_pixel_spacing"]]
+    )
+    affine = source.get("nifti_affine_transform")
+    if affine is None:
+        raise InputDataError("a DICOM image's metadata has no nifti_affine_transform; cannot place it in space")
+    meta[MetaKeys.ORIGINAL_AFFINE] = np.asarray(affine)
+    meta[MetaKeys.AFFINE] = meta[MetaKeys.ORIGINAL_AFFINE].copy()
+    converted = np.swapaxes(image.asnumpy(), 0, 2)
+    meta[MetaKeys.SPATIAL_SHAPE] = np.asarray(converted.shape)
+    meta[MetaKeys.ORIGINAL_CHANNEL_DIM] = "no_channel"
+    return converted, meta
