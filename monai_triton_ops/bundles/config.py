@@ -56,9 +56,11 @@ class BundleConfig:
         self.metadata_file = source.metadata_file()
         self.metadata = self.metadata_file.load()
         self._origin: dict[str, str] = {}
+        self._files: list[str] = []
         merged = ConfigParser(config={})
         for name in names:
             config = source.config_file(name)
+            self._files.append(config.label)
             for key, value in config.load().items():
                 try:
                     merge_kv(merged, key, value)
@@ -76,8 +78,8 @@ class BundleConfig:
         self._check_data_format()
 
     def file_of(self, item: str) -> str:
-        """The config file an item (``a#b`` ids too) came from, for error messages."""
-        return self._origin.get(item.split("#", 1)[0], "/".join(self.config_names))
+        """The config file an item (``a#b`` ids too) came from; for a missing one the last file read (to add it to)."""
+        return self._origin.get(item.split("#", 1)[0], self._files[-1])
 
     def has(self, item: str) -> bool:
         return self.parser.get(item) is not None

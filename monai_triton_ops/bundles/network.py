@@ -87,10 +87,13 @@ def scripted_network(config: BundleConfig, weights: Path) -> torch.jit.ScriptMod
         ) from exc
 
 
-def export_torchscript(config: BundleConfig, target: Path) -> Path:
-    """Write the bundle's network as TorchScript with its metadata to ``target`` (a copy for ``model.ts``)."""
+def export_torchscript(config: BundleConfig, target: Path, scripted: torch.jit.ScriptModule | None = None) -> Path:
+    """Write the bundle's network as TorchScript with its metadata to ``target`` (a copy for ``model.ts``).
+
+    ``scripted``: the network already built from ``network_def`` + weights (``Bundle.scripted``).
+    """
     model, is_script = network_file(config)
-    module = _load_script(model) if is_script else scripted_network(config, model)
+    module = scripted or (_load_script(model) if is_script else scripted_network(config, model))
     extra = {"metadata.json": json.dumps(config.metadata).encode()}
     target.parent.mkdir(parents=True, exist_ok=True)
     torch.jit.save(module, str(target), _extra_files=extra)

@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from monai.transforms import Compose
 
 from ..errors import BundleError
 from . import inferer as inferers
 from . import transforms
 from .config import DEFAULT_CONFIG_NAMES, BundleConfig, ItemNames
-from .network import network_file
+from .network import network_file, scripted_network
 from .source import find_bundle
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ class Bundle:
     inferer: Any
     network: Path
     network_is_torchscript: bool
+    scripted: torch.jit.ScriptModule | None = None  # network_def + weights, built and checked at read time
 
     @property
     def path(self) -> Path:
@@ -74,6 +76,7 @@ def read_bundle(
     config = BundleConfig(find_bundle(path), config_names)
     check_single_input(config)
     network, is_script = network_file(config)
+    scripted = None if is_script else scripted_network(config, network)  # weights that do not fit: an error now
     bundle = Bundle(
         config=config,
         items=names,
@@ -82,6 +85,7 @@ def read_bundle(
         inferer=inferers.bundle_inferer(config, names.inferer),
         network=network,
         network_is_torchscript=is_script,
+        scripted=scripted,
     )
     logger.info("%s", bundle.describe())
     return bundle

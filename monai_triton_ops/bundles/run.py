@@ -39,7 +39,7 @@ def run_bundle(
         data = _stage(bundle, "preprocessing", lambda: _pre(bundle, dict(inputs)))
         kept = data[first_name]
         batch = data.pop(first_name)[None]
-        outputs = bundle.inferer(inputs=batch, network=_as_meta(network))
+        outputs = _stage(bundle, "inferer", lambda: bundle.inferer(inputs=batch, network=_as_meta(network)))
         data[first_name] = kept
         result = _stage(bundle, "postprocessing", lambda: _post(bundle, ensure_tuple(outputs)[0], data))
     named = _named(bundle, result)
@@ -87,8 +87,10 @@ def _named(bundle: Bundle, result: Any) -> dict[str, Any]:
 
 
 def _stage(bundle: Bundle, stage: str, step: Callable[[], Any]) -> Any:
-    """Run a transform chain; a transform's failure names the bundle's item and file."""
-    item = bundle.items.preprocessing if stage == "preprocessing" else bundle.items.postprocessing
+    """Run a transform chain or the inferer; a failure names the bundle's item and file (a backend's is its own)."""
+    item = {"preprocessing": bundle.items.preprocessing, "inferer": bundle.items.inferer}.get(
+        stage, bundle.items.postprocessing
+    )
     try:
         return step()
     except MonaiTritonError:

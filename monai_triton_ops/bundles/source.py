@@ -88,7 +88,8 @@ class BundleSource:
                 return self.embedded[base]
             raise BundleError(
                 f"has no embedded config {base!r} (it holds {sorted(self.embedded)}); "
-                "check bundle_config_names, or export the bundle with ckpt_export --config_file naming it",
+                "check bundle_config_names (--config-name), or export the bundle with ckpt_export --config_file "
+                "naming it",
                 file=self.label,
             )
         folder = self.root / "configs"
@@ -99,7 +100,7 @@ class BundleSource:
         present = sorted(p.stem for p in folder.glob("*") if p.suffix in SUFFIXES) if folder.is_dir() else []
         raise BundleError(
             f"has no config {base!r} ({base}.json, .yaml or .yml; configs present: {present}); "
-            "check bundle_config_names",
+            "check bundle_config_names (--config-name)",
             file=str(folder),
         )
 
@@ -138,12 +139,12 @@ def find_bundle(path: str | Path) -> BundleSource:
 
 
 def is_bundle(path: str | Path) -> bool:
-    """Whether ``path`` looks like a bundle (a folder with ``configs/``, or a .ts with embedded configs)."""
+    """Whether ``path`` is a bundle: a folder with ``configs/``, or TorchScript with configs beside its metadata."""
     given = Path(path)
     if given.is_dir():
         return (given / "configs" / "metadata.json").is_file() or (given / "configs" / "inference.json").is_file()
-    if given.is_file() and zipfile.is_zipfile(given):
-        return bool(_embedded(given))
+    if given.is_file() and zipfile.is_zipfile(given):  # metadata alone is a model file with MONAI metadata
+        return bool(set(_embedded(given)) - {METADATA})
     return False
 
 

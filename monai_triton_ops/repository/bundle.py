@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..bundles import DEFAULT_CONFIG_NAMES, Bundle, export_torchscript, read_bundle
+from ..bundles import DEFAULT_CONFIG_NAMES, Bundle, export_torchscript, is_bundle, read_bundle
 from ..errors import BundleError, RepositoryError
 from . import layout
 from .builder import build_repository
@@ -78,10 +78,10 @@ def build_bundle(
     if keywords.get("bundle_metadata") is not None:
         raise BundleError("takes its metadata from the bundle; drop --bundle-metadata", file=bundle.label)
     if keywords.get("flavor") != "libtorch":  # the python runner serves any names: the bundle's own
-        keywords.setdefault("input_names", bundle.input_names)
-        keywords.setdefault("output_names", bundle.output_names)
+        keywords["input_names"] = keywords.get("input_names") or bundle.input_names
+        keywords["output_names"] = keywords.get("output_names") or bundle.output_names
     with tempfile.TemporaryDirectory(prefix="monai-triton-bundle-") as scratch:
-        network = export_torchscript(bundle.config, Path(scratch) / "model.pt")
+        network = export_torchscript(bundle.config, Path(scratch) / "model.pt", bundle.scripted)
         folder = build_repository(
             network,
             repository,
@@ -142,6 +142,12 @@ def cached_repository(bundle: Bundle, name: str, *, flavor: str = "python") -> P
     return repository
 
 
+def bundle_target(path: str | Path) -> bool:
+    """Whether a ``repo`` command's path is a bundle to read as one: a bundle that is not a repository model folder."""
+    given = Path(path)
+    return is_bundle(given) and not (given / layout.CONFIG_FILENAME).is_file()
+
+
 def describe_bundle(path: str | Path, config_names: Sequence[str] = DEFAULT_CONFIG_NAMES) -> Description:
     """What ``repo describe`` says of a bundle: the signature its metadata gives, and what it runs."""
     bundle = read_bundle(path, config_names)
@@ -162,7 +168,7 @@ def check_bundle(path: str | Path, config_names: Sequence[str] = DEFAULT_CONFIG_
         name = model_name_of(bundle)
         signature = rename(signature_from_metadata(name, bundle.metadata), bundle.input_names, bundle.output_names)
         with tempfile.TemporaryDirectory(prefix="monai-triton-bundle-") as scratch:
-            export_torchscript(bundle.config, Path(scratch) / "model.pt")
+            export_torchscript(bundle.config, Path(scratch) / "model.pt", bundle.scripted)
     except BundleError as exc:
         return EntryReport(name=Path(path).name, versions=(), signature=None, source="-", problems=(str(exc),))
     return EntryReport(
