@@ -4,8 +4,16 @@ In: an ``Image`` from ``DICOMSeriesToVolumeOperator`` (array ``(D, H, W)``, meta
 ``row_pixel_spacing``, ``col_pixel_spacing``, ``depth_pixel_spacing``, ``nifti_affine_transform``) becomes
 the array ``(W, H, D)`` with ``spacing``, ``affine``, ``original_affine``, ``spatial_shape`` and
 ``original_channel_dim = "no_channel"``; an ``Image`` that already carries ``spacing`` and
-``original_affine`` (our NIfTI loader's), or no DICOM metadata, is taken as it is. The App SDK's spacing
-order ``[row, col, depth]`` is kept as it is, so results agree with it (see docs/bundles.md).
+``original_affine`` (our NIfTI loader's), or no DICOM metadata, is taken as it is.
+
+Non-square pixels: DICOM's Pixel Spacing (0028,0030) is ``[row spacing, column spacing]`` (between rows, then
+between columns), and the position of pixel (column ``i``, row ``j``) is ``S + X * col_spacing * i + Y *
+row_spacing * j`` with ``X``, ``Y`` the row and column direction cosines (PS3.3 C.7.6.2.1.1). The App SDK's
+``DICOMSeriesToVolumeOperator`` multiplies ``X`` by the row spacing and ``Y`` by the column spacing, and its
+bundle operator sets ``spacing = [row, col, depth]`` for the axes ``(i, j, k)``: both swapped. With square
+pixels (nearly every CT and MR series) that changes nothing; with non-square ones the image is stretched
+along the wrong axis. Here the affine's first two columns and the spacing are put right, so such a series
+gives different (correct) results from the App SDK's (docs/bundles.md, "Differences").
 
 Out: a label map ``(1, W, H, D)`` becomes an ``Image`` ``(D, H, W)`` of uint8 carrying the pre-processed
 input's metadata; a 2D ``(1, W, H)`` one stays ``(W, H)``.
@@ -70,15 +78,27 @@ def _from_dicom(image: Image) -> tuple[np.ndarray, dict[str, Any]]:
     """``DICOMSeriesToVolumeOperator``'s metadata -> MONAI's (the App SDK's ``_convert_from_image_dicom_source``)."""
     source = image.metadata()
     meta = deepcopy(source)
-    meta["spacing"] = np.asarray(
-        [source["row_pixel_spacing"], source["col_pixel_spacing"], source["depth_pixel_spacing"]]
-    )
+    row, col = float(source["row_pixel_spacing"]), float(source["col_pixel_spacing"])
+    meta["spacing"] = np.asarray([col, row, source["depth_pixel_spacing"]])  # axes (i, j, k): see the docstring
     affine = source.get("nifti_affine_transform")
     if affine is None:
         raise InputDataError("a DICOM image's metadata has no nifti_affine_transform; cannot place it in space")
-    meta[MetaKeys.ORIGINAL_AFFINE] = np.asarray(affine)
+    meta[MetaKeys.ORIGINAL_AFFINE] = dicom_pixel_spacing(np.asarray(affine, dtype=np.float64), row, col)
     meta[MetaKeys.AFFINE] = meta[MetaKeys.ORIGINAL_AFFINE].copy()
     converted = np.swapaxes(image.asnumpy(), 0, 2)
     meta[MetaKeys.SPATIAL_SHAPE] = np.asarray(converted.shape)
     meta[MetaKeys.ORIGINAL_CHANNEL_DIM] = "no_channel"
     return converted, meta
+
+
+def dicom_pixel_spacing(affine: np.ndarray, row_spacing: float, col_spacing: float) -> np.ndarray:
+    """The App SDK's affine with the in-plane spacings where DICOM puts them (column ``i`` by the column spacing).
+
+    Its column 0 holds ``X * row_spacing`` and column 1 ``Y * col_spacing``; scaling each by the ratio gives
+    ``X * col_spacing`` and ``Y * row_spacing``. Square pixels: the affine unchanged.
+    """
+    fixed = affine.copy()
+    if row_spacing > 0 and col_spacing > 0 and row_spacing != col_spacing:
+        fixed[:3, 0] *= col_spacing / row_spacing
+        fixed[:3, 1] *= row_spacing / col_spacing
+    return fixed

@@ -116,3 +116,28 @@ def test_post_processing_gets_the_networks_output_as_local_torchscript_gives_it(
     wrapped = MetaNetwork(plain)(probe)
     assert isinstance(wrapped, MetaTensor)
     assert torch.equal(wrapped.affine, probe.affine)
+
+
+def test_non_square_dicom_pixels_are_placed_as_the_dicom_standard_says() -> None:
+    """PS3.3 C.7.6.2.1.1: column index i steps by the column spacing (PixelSpacing[1]) along the row direction."""
+    from monai.deploy.core import Image
+
+    row_spacing, col_spacing = 0.5, 2.0  # PixelSpacing = [0.5, 2.0]
+    # What DICOMSeriesToVolumeOperator gives for identity orientation (rows along x, columns along y), slices 3 apart:
+    # its NIfTI affine multiplies the row direction by the *row* spacing (and flips x, y to RAS).
+    sdk_affine = np.array([[-row_spacing, 0, 0, 10.0], [0, -col_spacing, 0, 20.0], [0, 0, 3.0, -5.0], [0, 0, 0, 1]])
+    metadata = {
+        "nifti_affine_transform": sdk_affine,
+        "row_pixel_spacing": row_spacing,
+        "col_pixel_spacing": col_spacing,
+        "depth_pixel_spacing": 3.0,
+    }
+    tensor = image_to_tensor(Image(np.zeros((4, 6, 8), np.float32), metadata=metadata), "image")
+    affine = np.asarray(tensor.affine)
+    np.testing.assert_allclose(np.linalg.norm(affine[:3, :3], axis=0), [col_spacing, row_spacing, 3.0])
+    np.testing.assert_allclose(affine[:3, 3], sdk_affine[:3, 3])  # the first voxel stays where it is
+    np.testing.assert_allclose(np.asarray(tensor.meta["spacing"]), [col_spacing, row_spacing, 3.0])
+    square = {**metadata, "col_pixel_spacing": row_spacing}
+    square["nifti_affine_transform"] = np.diag([-row_spacing, -row_spacing, 3.0, 1.0])
+    same = image_to_tensor(Image(np.zeros((4, 6, 8), np.float32), metadata=square), "image")
+    np.testing.assert_array_equal(np.asarray(same.affine), square["nifti_affine_transform"])  # the App SDK's
