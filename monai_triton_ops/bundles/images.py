@@ -12,8 +12,10 @@ row_spacing * j`` with ``X``, ``Y`` the row and column direction cosines (PS3.3 
 ``DICOMSeriesToVolumeOperator`` multiplies ``X`` by the row spacing and ``Y`` by the column spacing, and its
 bundle operator sets ``spacing = [row, col, depth]`` for the axes ``(i, j, k)``: both swapped. With square
 pixels (nearly every CT and MR series) that changes nothing; with non-square ones the image is stretched
-along the wrong axis. Here the affine's first two columns and the spacing are put right, so such a series
-gives different (correct) results from the App SDK's (docs/bundles.md, "Differences").
+along the wrong axis. Here, for an image that came from DICOM (its metadata has the series'
+``SeriesInstanceUID``), the affine's first two columns and the spacing are put right, so such a series gives
+different (correct) results from the App SDK's (docs/bundles.md, "Differences"). Our NIfTI loader's ``Image``
+(``row_pixel_spacing`` is its first axis' spacing, matching its affine) is converted as the App SDK does.
 
 Out: a label map ``(1, W, H, D)`` becomes an ``Image`` ``(D, H, W)`` of uint8 carrying the pre-processed
 input's metadata; a 2D ``(1, W, H)`` one stays ``(W, H)``.
@@ -31,6 +33,9 @@ from monai.deploy.core import Image
 from monai.utils import MetaKeys
 
 from ..errors import InputDataError
+
+#: A key of every ``Image`` that ``DICOMSeriesToVolumeOperator`` makes (the series' properties).
+DICOM_SERIES_KEY = "SeriesInstanceUID"
 
 
 def image_to_tensor(image: Image, name: str) -> MetaTensor:
@@ -79,11 +84,14 @@ def _from_dicom(image: Image) -> tuple[np.ndarray, dict[str, Any]]:
     source = image.metadata()
     meta = deepcopy(source)
     row, col = float(source["row_pixel_spacing"]), float(source["col_pixel_spacing"])
-    meta["spacing"] = np.asarray([col, row, source["depth_pixel_spacing"]])  # axes (i, j, k): see the docstring
     affine = source.get("nifti_affine_transform")
     if affine is None:
         raise InputDataError("a DICOM image's metadata has no nifti_affine_transform; cannot place it in space")
-    meta[MetaKeys.ORIGINAL_AFFINE] = dicom_pixel_spacing(np.asarray(affine, dtype=np.float64), row, col)
+    affine = np.asarray(affine, dtype=np.float64)
+    if DICOM_SERIES_KEY in source:  # DICOMSeriesToVolumeOperator's: row and column spacing put right
+        affine, row, col = dicom_pixel_spacing(affine, row, col), col, row
+    meta["spacing"] = np.asarray([row, col, source["depth_pixel_spacing"]])  # for the axes (i, j, k)
+    meta[MetaKeys.ORIGINAL_AFFINE] = affine
     meta[MetaKeys.AFFINE] = meta[MetaKeys.ORIGINAL_AFFINE].copy()
     converted = np.swapaxes(image.asnumpy(), 0, 2)
     meta[MetaKeys.SPATIAL_SHAPE] = np.asarray(converted.shape)

@@ -127,6 +127,7 @@ def test_non_square_dicom_pixels_are_placed_as_the_dicom_standard_says() -> None
     # its NIfTI affine multiplies the row direction by the *row* spacing (and flips x, y to RAS).
     sdk_affine = np.array([[-row_spacing, 0, 0, 10.0], [0, -col_spacing, 0, 20.0], [0, 0, 3.0, -5.0], [0, 0, 0, 1]])
     metadata = {
+        "SeriesInstanceUID": "1.2.3",
         "nifti_affine_transform": sdk_affine,
         "row_pixel_spacing": row_spacing,
         "col_pixel_spacing": col_spacing,
@@ -141,3 +142,16 @@ def test_non_square_dicom_pixels_are_placed_as_the_dicom_standard_says() -> None
     square["nifti_affine_transform"] = np.diag([-row_spacing, -row_spacing, 3.0, 1.0])
     same = image_to_tensor(Image(np.zeros((4, 6, 8), np.float32), metadata=square), "image")
     np.testing.assert_array_equal(np.asarray(same.affine), square["nifti_affine_transform"])  # the App SDK's
+
+
+def test_our_nifti_loaders_image_keeps_its_affine(tmp_path: Path) -> None:
+    """NIfTI is not DICOM: its affine is right as it is, non-square voxels included (the App SDK's conversion)."""
+    import nibabel as nib
+
+    from monai_triton_ops.operators.nifti import read_nifti
+
+    affine = np.diag([0.5, 2.0, 3.0, 1.0])
+    nib.save(nib.Nifti1Image(np.zeros((8, 6, 4), np.float32), affine), tmp_path / "t.nii.gz")
+    tensor = image_to_tensor(read_nifti(tmp_path / "t.nii.gz"), "image")
+    np.testing.assert_array_equal(np.asarray(tensor.affine), affine)
+    assert tuple(tensor.shape) == (8, 6, 4)
