@@ -48,6 +48,7 @@ from ..app_args import (
 from ..app_settings import backend_keywords, describe, load_settings, model_name_for
 from ..backends.base import BaseBackend
 from ..backends.registry import create_backend
+from ..bundles import Bundle
 from ..errors import BackendStateError, ConfigError, InputDataError
 from ..pipeline.checks import check_finite, image_context
 from ..pipeline.dictionary import INPUT_KEY, PRED_KEY, has_loader, is_dictionary_transform, run_dictionary_inference
@@ -229,6 +230,11 @@ class InferenceOperator(SdkInferenceOperator):
                 raise BackendStateError(f"operator for model {self.model_name!r}: settings are read in start()")
             return self._given_settings
         return self._settings
+
+    @property
+    def bundle(self) -> Bundle | None:
+        """The MONAI Bundle this operator runs (read when it was made), or ``None`` outside bundle mode."""
+        return self._bundle.bundle if self._bundle is not None else None
 
     @property
     def backend(self) -> BaseBackend:
