@@ -82,9 +82,11 @@ class BundleRun:
             where = f"model {self.model_name!r} on {spec}"
             backend = create_backend(spec, self.model_name, **options)
         else:
-            repository = self.repository or cached_repository(self.bundle, self.model_name)
-            where = f"model {self.model_name!r} in {repository}"
-            backend = create_backend(spec, self.model_name, model_repository=str(repository), **options)
+            repository, name = self.repository, self.model_name
+            if repository is None:  # built from the bundle, once per content
+                repository, name = cached_repository(self.bundle, self.model_name)
+            where = f"model {name!r} in {repository}"
+            backend = create_backend(spec, name, model_repository=str(repository), **options)
         logger.info("bundle: configs from %s; network: %s (backend %r)", self.bundle.label, where, spec)
         return backend
 

@@ -128,18 +128,23 @@ def cache_root() -> Path:
     return Path(base) / "bundles"
 
 
-def cached_repository(bundle: Bundle, name: str, *, flavor: str = "python") -> Path:
-    """A model repository holding the bundle's network as ``name``, built once per bundle content."""
-    repository = cache_root() / content_key(bundle, flavor)
-    if (repository / name / layout.CONFIG_FILENAME).is_file():
-        logger.info("bundle %s: cached Triton model %s", bundle.label, repository / name)
-        return repository
+def cached_repository(bundle: Bundle, name: str, *, flavor: str = "python") -> tuple[Path, str]:
+    """A model repository holding the bundle's network, built once per bundle content; returns it and the model name.
+
+    The name is ``<name>-<content key>``: the one in-process server of a process holds models by name, so two
+    bundles of one name but different content (two versions of a model in one app) must not share one.
+    """
+    key = content_key(bundle, flavor)
+    repository, served = cache_root() / key, f"{name}-{key[:10]}"
+    if (repository / served / layout.CONFIG_FILENAME).is_file():
+        logger.info("bundle %s: cached Triton model %s", bundle.label, repository / served)
+        return repository, served
     try:
-        build_bundle(bundle.path, repository, name, config_names=bundle.config.config_names, flavor=flavor)
+        build_bundle(bundle.path, repository, served, config_names=bundle.config.config_names, flavor=flavor)
     except RepositoryError:
-        if not (repository / name / layout.CONFIG_FILENAME).is_file():  # another process built it meanwhile: fine
+        if not (repository / served / layout.CONFIG_FILENAME).is_file():  # another process built it meanwhile
             raise
-    return repository
+    return repository, served
 
 
 def bundle_target(path: str | Path) -> bool:

@@ -178,8 +178,9 @@ def test_triton_in_process_builds_the_model_itself(
     name = SERVED["rgb" if key == "rgb" else "unet"]
     got = ours(fragment, bundles[key], "triton", image_for(key))
     assert_same(got, references[key], metadata=False)
-    built = {p: p.stat().st_mtime_ns for p in bundle_cache.glob(f"bundles/*/{name}/config.pbtxt")}
-    entry = cached_repository(read_bundle(bundles[key]), name) / name / "config.pbtxt"
+    built = {p: p.stat().st_mtime_ns for p in bundle_cache.glob(f"bundles/*/{name}-*/config.pbtxt")}
+    repository, served = cached_repository(read_bundle(bundles[key]), name)
+    entry = repository / served / "config.pbtxt"
     assert entry in built  # the run built it where the cache looks
     assert entry.stat().st_mtime_ns == built[entry]  # and the same content is found, not built again
 

@@ -59,3 +59,24 @@ def test_repo_describe_and_check_a_bundle(tmp_path: Path, capsys: pytest.Capture
     captured = capsys.readouterr()
     assert "metadata.json: is missing" in captured.out
     assert "1 of 1 model(s) have problems" in captured.err
+
+
+def test_the_cache_keys_models_by_content(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two bundles of one name, different weights: two models (the in-process server holds models by name)."""
+    from monai_triton_ops.repository.bundle import cached_repository
+
+    monkeypatch.setenv("MONAI_TRITON_CACHE", str(tmp_path / "cache"))
+    first = read_bundle(unet_bundle(tmp_path / "a", "pt"))
+    second_folder = unet_bundle(tmp_path / "b", "pt")
+    import torch
+
+    from ..bundles.makers import UNET_DEF, network
+
+    torch.save(network(UNET_DEF, seed=1).state_dict(), second_folder / "models" / "model.pt")
+    second = read_bundle(second_folder)
+    (repo_a, name_a), (repo_b, name_b) = cached_repository(first, "spleen"), cached_repository(second, "spleen")
+    assert name_a != name_b
+    assert name_a.startswith("spleen-")
+    assert repo_a != repo_b
+    again = read_bundle(unet_bundle(tmp_path / "c", "pt"))  # same content as the first, another folder
+    assert cached_repository(again, "spleen") == (repo_a, name_a)
