@@ -318,12 +318,12 @@ def _run_repo_build(args: argparse.Namespace) -> int:
         options.pop("bundle_metadata")
         folder = build_bundle(args.model, args.output, args.name, version=args.version, force=args.force,
                               config_names=args.config_name or DEFAULT_CONFIG_NAMES, **options)  # fmt: skip
-        print(f"wrote {folder}")
-        return exits.OK
-    if args.whole_volume:  # a network that cannot be wrapped is refused before anything is written
-        signature, _, _ = generate_config(args.model, args.name, **options)
-        plan_volume(signature, max_volume_mb=args.max_volume_mb)
-    folder = build_repository(args.model, args.output, args.name, version=args.version, force=args.force, **options)
+    else:
+        if args.whole_volume:  # a network that cannot be wrapped is refused before anything is written
+            signature, _, _ = generate_config(args.model, args.name, **options)
+            plan_volume(signature, max_volume_mb=args.max_volume_mb)
+        folder = build_repository(args.model, args.output, args.name, version=args.version, force=args.force,
+                                  **options)  # fmt: skip
     print(f"wrote {folder}")
     if args.whole_volume:
         print(f"wrote {wrap_network(args.output, folder.name, max_volume_mb=args.max_volume_mb, force=args.force)}")

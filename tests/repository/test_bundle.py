@@ -80,3 +80,12 @@ def test_the_cache_keys_models_by_content(tmp_path: Path, monkeypatch: pytest.Mo
     assert repo_a != repo_b
     again = read_bundle(unet_bundle(tmp_path / "c", "pt"))  # same content as the first, another folder
     assert cached_repository(again, "spleen") == (repo_a, name_a)
+
+
+def test_repo_build_whole_volume_wraps_a_bundles_network(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    repo = tmp_path / "repo"
+    assert main(["repo", "build", str(unet_bundle(tmp_path / "b")), "-o", str(repo), "--whole-volume"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"wrote {repo / 'tiny_spleen'}",
+        f"wrote {repo / 'tiny_spleen_volume'}",
+    ]
