@@ -20,6 +20,7 @@ from monai.deploy.operators.monai_bundle_inference_operator import IOMapping, Mo
 from pydicom.dataset import Dataset, FileMetaDataset
 from pydicom.uid import CTImageStorage, ExplicitVRLittleEndian, generate_uid
 
+from monai_triton_ops import InferenceOperator
 from monai_triton_ops.operators.nifti import read_nifti
 from monai_triton_ops.repository.bundle import build_bundle
 
@@ -115,3 +116,36 @@ def test_dicom_in_from_a_built_repository_gives_labels_and_a_dicom_seg(tmp_path:
     seg = pydicom.dcmread(seg_file)
     assert seg.Modality == "SEG"
     assert [s.SegmentLabel for s in seg.SegmentSequence] == ["label1", "label2"]  # the bundle's channel_def
+
+
+def test_the_sample_model_as_a_bundle_gives_the_app_sdk_operators_labels(sample_data: Path, tmp_path: Path) -> None:
+    """``apps/brain_tissue_seg/make_bundle.py``: the committed model in the zoo's layout, on the sample MRI."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_bundle", ROOT / "apps" / "brain_tissue_seg" / "make_bundle.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    bundle = module.make_bundle(tmp_path)
+    image = read_nifti(sample_data / "t1.nii.gz")
+    mapping = {
+        "input_mapping": [IOMapping("image", Image, IOType.IN_MEMORY)],
+        "output_mapping": [IOMapping("pred", Image, IOType.IN_MEMORY)],
+    }
+    reference = MonaiBundleInferenceOperator(Application(), app_context=AppContext({}), bundle_path=bundle, **mapping)
+    ours = InferenceOperator(Application(), bundle_path=bundle, backend="torch", **mapping)
+    ports = Ports({"image": image})
+    reference.compute(ports, ports, None)
+    want = ports.emitted["pred"].asnumpy()
+    ours.start()
+    try:
+        ours.compute(ports, ports, None)
+    finally:
+        ours.stop()
+    got = ports.emitted["pred"].asnumpy()
+    assert set(np.unique(want)) == {0, 1, 2}
+    assert int(np.count_nonzero(got != want)) == 0
+    truth = np.asarray(nib.load(sample_data / "labels.nii.gz").dataobj).T  # (D, H, W)
+    agree = float(np.mean(got == truth))
+    assert agree > 0.9, f"only {agree:.3f} of the voxels agree with the sample's reference labels"
