@@ -305,6 +305,24 @@ def not_writable(tmp_path: Path) -> BaseException:
     return exc
 
 
+def volume_bundle(folder: Path) -> object:
+    """A bundle operator over a remote backend in volume mode: refused when it starts, before anything connects."""
+    from monai.deploy.core import IOType
+    from monai.deploy.operators.monai_bundle_inference_operator import IOMapping
+
+    from monai_triton_ops import InferenceOperator
+
+    from .bundles.makers import unet_bundle
+
+    return InferenceOperator(
+        Application(),
+        bundle_path=unet_bundle(folder),
+        backend="grpc://127.0.0.1:9?mode=volume",  # nothing listens on 9: the refusal comes first
+        input_mapping=[IOMapping("image", Image, IOType.IN_MEMORY)],
+        output_mapping=[IOMapping("pred", Image, IOType.IN_MEMORY)],
+    )
+
+
 def bundle_rows(tmp_path: Path) -> dict[str, Callable[[], BaseException]]:
     """The broken bundles of ``tests/bundles/broken.py``, read as every backend and ``repo build`` read them."""
     from monai_triton_ops.bundles import read_bundle
@@ -330,6 +348,9 @@ def bundle_rows(tmp_path: Path) -> dict[str, Callable[[], BaseException]]:
         "...": read("two_inputs"),
         "bundle file .../configs/inference.json, item 'inferer': SaliencyInferer (an Inferer) may need the network as "
         "a torch module, ...": read("module_inferer"),
+        "bundle file .../configs/inference.json, item 'inferer': mode=volume is not supported for a bundle: ...": (
+            lambda: raised(lambda: volume_bundle(tmp_path / "bundles" / "volume").start())
+        ),
     }
 
 

@@ -81,6 +81,7 @@ class BundleRun:
         if is_remote(spec):
             where = f"model {self.model_name!r} on {spec}"
             backend = create_backend(spec, self.model_name, **options)
+            self._refuse_volume_mode(backend)
         else:
             repository, name = self.repository, self.model_name
             if repository is None:  # built from the bundle, once per content
@@ -89,6 +90,17 @@ class BundleRun:
             backend = create_backend(spec, name, model_repository=str(repository), **options)
         logger.info("bundle: configs from %s; network: %s (backend %r)", self.bundle.label, where, spec)
         return backend
+
+    def _refuse_volume_mode(self, backend: BaseBackend) -> None:
+        """``mode=volume`` would run a sliding window of the server's own beside the bundle's: not (yet) for bundles."""
+        if str(getattr(backend.options, "mode", "window")) == "volume":
+            item = self.bundle.items.inferer
+            raise BundleError(
+                "mode=volume is not supported for a bundle: its own inferer runs in the app, each window a request "
+                "to the network's model; use mode=window (the default)",
+                file=self.bundle.config.file_of(item),
+                item=item,
+            )
 
     @property
     def backend(self) -> BaseBackend | None:

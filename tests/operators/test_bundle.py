@@ -214,3 +214,21 @@ def test_remote_server_gives_identical_labels(
     url = server.grpc_url if scheme == "grpc" else server.http_url
     got = ours(fragment, bundles[key], url, image_for(key))
     assert_same(got, references[key], metadata=False)
+
+
+def test_the_bundle_it_cannot_find_is_named_with_where_it_looked(
+    fragment: Application, bundles: dict[str, Path], tmp_path: Path
+) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(BundleError, match=r"is neither a bundle nor a Triton repository"):
+        InferenceOperator(fragment, app_context=AppContext({"model": str(tmp_path / "empty")}), **MAPPING)
+    repo = tmp_path / "repo"
+    build_bundle(bundles["ts"], repo)
+    build_bundle(bundles["rgb"], repo)
+    with pytest.raises(BundleError, match=r"exactly one model folder.*pass bundle_path= or model_name="):
+        InferenceOperator(fragment, app_context=AppContext({"model": str(repo)}), backend="torch", **MAPPING)
+    op = InferenceOperator(
+        fragment, app_context=AppContext({"model": str(repo)}), model_name=SERVED["rgb"], backend="torch", **MAPPING
+    )
+    assert op.bundle is not None
+    assert op.bundle.path == repo / SERVED["rgb"]
