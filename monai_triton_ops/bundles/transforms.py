@@ -8,10 +8,7 @@ else is kept as built: ``Invertd``, ``Lambdad``, activations, ``KeepLargestConne
 
 from __future__ import annotations
 
-from typing import Any
-
 from monai.transforms import Compose, MapTransform
-from monai.utils.enums import PostFix
 
 from ..errors import BundleError
 from .config import BundleConfig
@@ -46,12 +43,3 @@ def is_map_compose(compose: Compose) -> bool:
 def names(compose: Compose) -> list[str]:
     """The class names of the transforms kept, for the log."""
     return [type(t).__name__ for t in compose.transforms]
-
-
-def meta_key_postfix(compose: Compose) -> str:
-    """The first dictionary transform's ``meta_key_postfix`` (default ``meta_dict``), as the App SDK reads it."""
-    for transform in compose.transforms:
-        value: Any = getattr(transform, "meta_key_postfix", None)
-        if isinstance(transform, MapTransform) and value is not None:
-            return str(value[0] if isinstance(value, tuple) else value)
-    return str(PostFix.meta())

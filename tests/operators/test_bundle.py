@@ -232,3 +232,21 @@ def test_the_bundle_it_cannot_find_is_named_with_where_it_looked(
     )
     assert op.bundle is not None
     assert op.bundle.path == repo / SERVED["rgb"]
+
+
+def test_a_numpy_frame_in_gives_the_app_sdk_operators_labels(
+    fragment: Application, bundles: dict[str, Path], references: dict[str, Image]
+) -> None:
+    """The App SDK operator takes a bare channel-last array too (a video frame): so does ours."""
+    frame = rgb_image().asnumpy()
+    sdk = MonaiBundleInferenceOperator(fragment, app_context=AppContext({}), bundle_path=bundles["rgb"], **MAPPING)
+    ports = Ports({"image": frame})
+    sdk.compute(ports, ports, None)
+    want = ports.emitted["pred"]
+    ours = InferenceOperator(fragment, bundle_path=bundles["rgb"], backend="torch", **MAPPING)
+    ours.start()
+    try:
+        ours.compute(ports, ports, None)
+    finally:
+        ours.stop()
+    assert_same(ports.emitted["pred"], want)
