@@ -166,23 +166,43 @@ def test_ports_are_the_mappings_labels(fragment: Application, bundles: dict[str,
 
 
 @pytest.mark.triton
-@pytest.mark.parametrize("key", ["archive", "rgb"])
-def test_triton_in_process_builds_the_model_itself(
-    fragment: Application, bundles: dict[str, Path], references: dict[str, Image], bundle_cache: Path, key: str
+def test_triton_in_process_builds_the_models_itself_and_shares_one_server(
+    fragment: Application, bundles: dict[str, Path], references: dict[str, Image], bundle_cache: Path
 ) -> None:
-    """No repository given: the operator builds the Triton model from the bundle into the cache, once per content."""
+    """No repository given: each operator builds its Triton model from its bundle into the cache (once per content);
+    two bundle operators of one app (the App SDK's multi-AI example has several) run on one in-process server."""
     try:
         find_triton_library()
     except MonaiTritonError as exc:
         pytest.skip(f"no libtritonserver here: {exc}")
-    name = SERVED["rgb" if key == "rgb" else "unet"]
-    got = ours(fragment, bundles[key], "triton", image_for(key))
-    assert_same(got, references[key], metadata=False)
-    built = {p: p.stat().st_mtime_ns for p in bundle_cache.glob(f"bundles/*/{name}-*/config.pbtxt")}
-    repository, served = cached_repository(read_bundle(bundles[key]), name)
-    entry = repository / served / "config.pbtxt"
-    assert entry in built  # the run built it where the cache looks
-    assert entry.stat().st_mtime_ns == built[entry]  # and the same content is found, not built again
+    from monai_triton_ops.backends import shared_server
+
+    names = BundleConfigNames(config_names=["inference"])
+    ops = {
+        key: InferenceOperator(
+            fragment, bundle_path=bundles[key], backend="triton", bundle_config_names=names, **MAPPING
+        )
+        for key in ("archive", "rgb")
+    }
+    servers = []
+    try:
+        for op in ops.values():
+            op.start()
+            servers.append(shared_server.current())
+        assert servers[0] is not None
+        assert servers[0] is servers[1]
+        for key, op in ops.items():
+            assert_same(run_operator(op, image_for(key)), references[key], metadata=False)
+    finally:
+        for op in ops.values():
+            op.stop()
+    for key in ops:
+        name = SERVED["rgb" if key == "rgb" else "unet"]
+        built = {p: p.stat().st_mtime_ns for p in bundle_cache.glob(f"bundles/*/{name}-*/config.pbtxt")}
+        repository, served = cached_repository(read_bundle(bundles[key]), name)
+        entry = repository / served / "config.pbtxt"
+        assert entry in built  # the run built it where the cache looks
+        assert entry.stat().st_mtime_ns == built[entry]  # and the same content is found, not built again
 
 
 @pytest.fixture(scope="module")
