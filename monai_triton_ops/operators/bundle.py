@@ -63,7 +63,8 @@ class BundleRun:
         model_path = getattr(app_context, "model_path", None) if app_context is not None else None
         path, repository = locate(keywords.get("bundle_path"), model_path, model_name)
         self.bundle: Bundle = read_bundle(path, config_names, ItemNames.of(names))
-        self.model_name = model_name_of(self.bundle, model_name or None)
+        # a repository's model is its folder's name (repo build --name may differ from the metadata's)
+        self.model_name = model_name or (path.name if repository is not None else model_name_of(self.bundle))
         self.repository = repository
         self.input_ports = _labels(keywords.get("input_mapping"), "input_mapping")
         self.output_ports = _labels(keywords.get("output_mapping"), "output_mapping")
@@ -154,8 +155,10 @@ class BundleRun:
 def locate(bundle_path: Any, model_path: Any, model_name: str) -> tuple[Path, Path | None]:
     """The bundle to read, and the Triton repository holding its network (``None``: build from the bundle).
 
-    ``bundle_path`` wins; else the app context's model path: a bundle itself, or a repository whose
-    ``NAME`` folder (or only model folder) is a bundle, as the App SDK looks for ``REPO/NAME/metadata.json``.
+    ``bundle_path`` wins; else the app context's model path: a bundle itself, or a folder whose ``NAME``
+    folder (or only folder) is a bundle, as the App SDK looks for ``REPO/NAME/metadata.json``: a Triton
+    repository ``repo build`` made (its network is then taken from there), or a MAP's models folder
+    (``/opt/holoscan/models/NAME/`` holding the bundle folder's files, or its one ``.ts`` file).
     """
     if bundle_path is not None and str(bundle_path).strip():
         return Path(bundle_path).expanduser(), None
@@ -172,15 +175,24 @@ def locate(bundle_path: Any, model_path: Any, model_name: str) -> tuple[Path, Pa
         [p for p in sorted(given.iterdir()) if p.is_dir() and not p.name.startswith(".")] if given.is_dir() else []
     )
     candidates = [given / model_name] if model_name else folders
-    found = [p for p in candidates if is_bundle(p)]
+    found = [bundle for bundle in map(_bundle_in, candidates) if bundle is not None]
     if len(found) == 1:
-        return found[0], given
+        served = (found[0] / layout.CONFIG_FILENAME).is_file()  # a repository entry: its network is there
+        return found[0], given if served else None
     raise BundleError(
         f"the model path {str(given)!r} is neither a bundle nor a Triton repository with "
         f"{'folder ' + repr(model_name) if model_name else 'exactly one model folder'} holding a bundle's configs/ "
         "(monai-triton repo build copies them there); pass bundle_path= or model_name=",
         file=str(given),
     )
+
+
+def _bundle_in(folder: Path) -> Path | None:
+    """``folder`` when it is a bundle, else its one bundle ``.ts`` file (a MAP's ``models/NAME/model.ts``)."""
+    if is_bundle(folder):
+        return folder
+    files = [p for p in folder.iterdir() if p.is_file() and is_bundle(p)] if folder.is_dir() else []
+    return files[0] if len(files) == 1 else None
 
 
 def _labels(mapping: Any, what: str) -> tuple[str, ...]:

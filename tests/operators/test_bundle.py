@@ -270,3 +270,21 @@ def test_a_numpy_frame_in_gives_the_app_sdk_operators_labels(
     finally:
         ours.stop()
     assert_same(ports.emitted["pred"], want)
+
+
+def test_a_maps_models_folder_holding_the_bundle(
+    fragment: Application, bundles: dict[str, Path], references: dict[str, Image], tmp_path: Path
+) -> None:
+    """``/opt/holoscan/models/NAME/``: the bundle folder's files (``package -m BUNDLE``) or its one ``.ts``."""
+    import shutil
+
+    shutil.copytree(bundles["pt"], tmp_path / "folder" / "spleen")
+    (tmp_path / "file" / "spleen").mkdir(parents=True)
+    shutil.copyfile(bundles["archive"], tmp_path / "file" / "spleen" / "model.ts")
+    for models, key in ((tmp_path / "folder", "pt"), (tmp_path / "file", "archive")):
+        op = InferenceOperator(fragment, app_context=AppContext({"model": str(models)}), backend="torch", **MAPPING)
+        op.start()
+        try:
+            assert_same(run_operator(op, ct_image()), references[key])
+        finally:
+            op.stop()
