@@ -36,8 +36,12 @@ map: setup
 
 test: setup lint format-check typecheck pytest
 
+# ruff; the import contracts of pyproject.toml's [tool.importlinter] (layers, no cycles, independent backends);
+# no module of the package over 400 lines (tools/module_sizes.py).
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+	$(PY) tools/module_sizes.py
 
 format-check: setup
 	$(VENV)/bin/ruff format --check .
@@ -69,4 +73,4 @@ test-fast: setup
 	$(PYTEST) -m "not slow and not triton"
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage output
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache .coverage output

@@ -279,44 +279,19 @@ class BackendStatus:
 
 
 def backend_statuses() -> list[BackendStatus]:
-    """Every registered scheme, imported and checked as far as can be without a model or a server."""
-    from .backends.registry import available_backends, backend_class
+    """Every registered scheme, as its backend says it runs here (asked through the registry), with its options."""
+    from .backends.registry import available_backends, backend_availability, backend_class
     from .errors import BackendSpecError, BackendUnavailableError
 
     statuses = []
-    for scheme, entry in available_backends().items():
+    for scheme in available_backends():
+        runs, detail = backend_availability(scheme)
         try:
-            cls = backend_class(scheme)
-        except (BackendUnavailableError, BackendSpecError) as exc:
-            statuses.append(BackendStatus(scheme, False, str(exc)))
-            continue
-        runs, detail = _check(scheme, entry.takes_urls)
-        statuses.append(BackendStatus(scheme, runs, detail, tuple(_option_names(cls.options_type))))
+            options = tuple(_option_names(backend_class(scheme).options_type))
+        except (BackendUnavailableError, BackendSpecError):
+            options = ()
+        statuses.append(BackendStatus(scheme, runs, detail, options))
     return statuses
-
-
-def _check(scheme: str, takes_urls: bool) -> tuple[bool, str]:
-    """What more than an import a scheme needs here: a GPU, the Triton library, a server address."""
-    if takes_urls:
-        tls = "TLS; " if scheme.endswith("s") else ""
-        return True, f"{tls}needs a Triton server: {scheme}://HOST:PORT"
-    if scheme == "torch":
-        import torch
-
-        cuda = "device=cuda available" if torch.cuda.is_available() else "CPU only here (no CUDA device)"
-        return True, f"TorchScript in the app's process; {cuda}"
-    if scheme == "triton":
-        from . import bindings
-        from .errors import ServerNotFoundError
-
-        try:
-            library = bindings.load_library()
-        except (ServerNotFoundError, OSError) as exc:
-            return False, f"no Triton server library: {exc}"
-        if library.install is None:
-            return False, f"{library.path} is not inside a Triton install; set TRITONSERVER_HOME"
-        return True, f"Triton's core in the app's process ({library.path})"
-    return True, "a third-party backend"
 
 
 def render_backends(statuses: list[BackendStatus]) -> str:

@@ -32,13 +32,12 @@ from .errors import (
     PortInUseError,
     ServerError,
 )
+from .interrupts import INTERRUPTED, TERMINATED, wait_if_stopping
 
 OK = 0
 BUG = 1
 USAGE = 2
 UNAVAILABLE = 3
-INTERRUPTED = 130
-TERMINATED = 143
 
 #: What each code means, for help texts and docs (docs/quickstart.md lists the same).
 MEANINGS: dict[int, str] = {
@@ -98,16 +97,14 @@ def report(exc: BaseException, *, debug: bool = False, stream: TextIO | None = N
 
 def run_guarded(body: Callable[[], int | None], *, debug: bool = False) -> int:
     """Run ``body`` and turn whatever it raises into one line and an exit code (``SystemExit`` passes)."""
-    from . import interrupts
-
     try:
         code = int(body() or 0)
-        interrupts.wait_if_stopping()  # finished while an interrupt cleans up: the interrupt decides
+        wait_if_stopping()  # finished while an interrupt cleans up: the interrupt decides
         return code
     except SystemExit as exc:
         return system_exit_code(exc)
     except BaseException as exc:  # this is the edge: nothing may end in a traceback
-        interrupts.wait_if_stopping()  # a failure caused by an interrupt's cleanup: the interrupt reports
+        wait_if_stopping()  # a failure caused by an interrupt's cleanup: the interrupt reports
         return report(exc, debug=debug)
 
 

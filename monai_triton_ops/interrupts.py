@@ -1,8 +1,8 @@
 """Ctrl-C and SIGTERM end an app run within seconds, from any moment: one line, exit 130 / 143, nothing left.
 
 Holoscan runs operators on its own threads and ``Application.run()`` blocks the main thread in C++,
-where Python's own signal handler never gets to run (so Ctrl-C during inference used to surface as a
-failed operator, exit 1), and Holoscan installs handlers of its own when the graph starts. So the
+where Python's own signal handler never gets to run (a Ctrl-C would surface as a failed operator, exit 1),
+and Holoscan installs handlers of its own when the graph starts. So the
 signals are taken away from every thread instead: ``install()`` blocks SIGINT and SIGTERM in the
 calling (main) thread before any other thread exists, every thread created afterwards inherits the
 mask, and one watcher thread waits for them with ``sigwait``, whichever handler anybody installed.
@@ -33,9 +33,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .exits import INTERRUPTED, TERMINATED
-
 logger = logging.getLogger(__name__)
+
+#: The exit code of a process a signal ended: 128 + the signal's number, as a shell reports it.
+#: ``exits`` lists them with the other codes.
+INTERRUPTED = 128 + signal.SIGINT
+TERMINATED = 128 + signal.SIGTERM
 
 #: The whole cleanup gets this long before the process ends regardless.
 DEADLINE_S = 8.0

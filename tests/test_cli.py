@@ -104,6 +104,14 @@ def test_every_option_of_every_command_has_help() -> None:
     assert walk(build_parser(), "monai-triton") == []
 
 
+def test_repo_check_waits_on_a_server_as_long_as_every_control_call() -> None:
+    """``repo check --server``'s ``--timeout`` default is the one control-call timeout, written out in the parser."""
+    from monai_triton_ops.server.health import CONTROL_TIMEOUT_S
+
+    args = build_parser().parse_args(["repo", "check", "--server", "grpc://h:8001"])
+    assert args.timeout == CONTROL_TIMEOUT_S
+
+
 def test_help_and_version_start_without_torch_or_holoscan() -> None:
     """What makes them fast (timed in benchmarks/bench_cli.py, not here): nothing heavy is imported."""
     probe = (

@@ -41,6 +41,42 @@ def test_ruff_passes_the_tree_and_fails_an_unused_import(scratch: Path) -> None:
     assert "F401" in result.stdout
 
 
+def test_lint_imports_passes_the_tree_and_fails_a_cycle_and_an_upward_import(scratch: Path) -> None:
+    """The contracts of ``[tool.importlinter]`` on the copy: kept as it is, broken by one import each."""
+    assert _run(BIN / "lint-imports", cwd=scratch).returncode == 0, "the tree itself breaks a contract"
+    interrupts = scratch / "monai_triton_ops" / "interrupts.py"
+    original = interrupts.read_text()
+    interrupts.write_text(original + "\n\ndef _cycle() -> None:\n    from . import exits  # noqa: F401\n")
+    result = _run(BIN / "lint-imports", cwd=scratch)
+    assert result.returncode == 1
+    assert "BROKEN" in result.stdout
+    assert "monai_triton_ops.interrupts -> monai_triton_ops.exits" in result.stdout
+    interrupts.write_text(original)
+    readiness = scratch / "monai_triton_ops" / "server" / "readiness.py"
+    readiness.write_text(readiness.read_text() + "\nfrom ..repository import layout  # noqa: E402, F401\n")
+    result = _run(BIN / "lint-imports", cwd=scratch)
+    assert result.returncode == 1
+    assert "monai_triton_ops.server.readiness -> monai_triton_ops.repository.layout" in result.stdout
+
+
+def test_module_sizes_pass_the_tree_and_fail_an_oversized_module(scratch: Path) -> None:
+    """``tools/module_sizes.py``: the tree passes; a module grown past 400 lines, or past its allowance, fails."""
+    tool = ROOT / "tools" / "module_sizes.py"
+    package = scratch / "monai_triton_ops"
+    assert _run(sys.executable, tool, package, cwd=scratch).returncode == 0
+    (package / "grown.py").write_text("x = 1\n" * 401)
+    result = _run(sys.executable, tool, package, cwd=scratch)
+    assert result.returncode == 1
+    assert "monai_triton_ops/grown.py: 401 lines, over 400" in result.stderr
+    (package / "grown.py").write_text("x = 1\n" * 400)
+    assert _run(sys.executable, tool, package, cwd=scratch).returncode == 0
+    fleet = package / "backends" / "remote" / "fleet.py"
+    fleet.write_text(fleet.read_text() + "x = 1\n" * 20)
+    result = _run(sys.executable, tool, package, cwd=scratch)
+    assert result.returncode == 1
+    assert "fleet.py: 518 lines, over its allowance of 498" in result.stderr
+
+
 def test_ruff_format_check_fails_badly_formatted_code(scratch: Path) -> None:
     target = scratch / "monai_triton_ops" / "validation.py"
     target.write_text(target.read_text() + "\nx = {  'a':1 }\n")

@@ -33,13 +33,20 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import torch
 
-from ..errors import BackendUnavailableError, ConfigError, InferenceError, ModelLoadError, MonaiTritonError
+from ..errors import (
+    BackendUnavailableError,
+    ConfigError,
+    InferenceError,
+    ModelLoadError,
+    MonaiTritonError,
+    ServerNotFoundError,
+)
 from ..repository import layout
 from ..repository.signatures import LocalEntry, local_entry
 from ..signature import ModelSignature, TensorSpec
 from . import shared_server, status
 from .arrays import ArrayLike, as_numpy
-from .base import BaseBackend, InferRequest
+from .base import Availability, BaseBackend, InferRequest
 from .leases import BufferPool
 from .options import BackendOptions
 
@@ -135,6 +142,22 @@ class InProcessBackend(BaseBackend):
 
     kind = "triton"
     options_type = TritonOptions
+
+    @classmethod
+    def availability(cls, scheme: str) -> Availability:
+        """Runs where ``libtritonserver`` loads from a Triton install (its backends and stub are found from it)."""
+        from .. import bindings
+
+        try:
+            library = bindings.load_library()
+        except (ServerNotFoundError, OSError) as exc:
+            return Availability(False, f"no Triton server library: {exc}")
+        if library.install is None:
+            return Availability(False, f"{library.path} is not inside a Triton install; set TRITONSERVER_HOME")
+        return Availability(True, f"Triton's core in the app's process ({library.path})")
+
+    def describe(self) -> str:
+        return "triton (Triton server core in this process, C API)"
 
     def __init__(self, model_name: str, **kwargs: Any) -> None:
         super().__init__(model_name, **kwargs)

@@ -60,6 +60,8 @@ from ..server.logs import last_line, stub_failure
 from ..server.mirror import mirror_repository
 from ..server.stub import model_stub, stub_problem
 from . import stubs
+from .inprocess_settings import ServerSettings as ServerSettings
+from .inprocess_settings import server_options
 
 if TYPE_CHECKING:
     from .. import bindings
@@ -79,19 +81,6 @@ KILLED_GRACE_S = 5.0
 KILLED_GRACE_PER_REQUEST_S = 1.5
 #: The exit code of a process that had to end with requests still in flight (see ``_at_exit``).
 STRANDED_EXIT_CODE = 70
-
-
-@dataclass(frozen=True, kw_only=True)
-class ServerSettings:
-    """What the process's server is started with; every backend sharing it must ask for the same."""
-
-    library_path: Path | None = None
-    log_verbose: int = 0
-    log_file: Path | None = None
-    exit_timeout_s: int = 30
-    backend_config: tuple[tuple[str, str, str], ...] = ()  # (backend, setting, value)
-    buffer_manager_thread_count: int | None = None
-    model_load_thread_count: int | None = None
 
 
 class Phase(enum.Enum):
@@ -165,7 +154,13 @@ class InProcessServer:
             self._stub.unlink()
             self._output.wrap(real, self._stub)
             self._stub = real
-        options = self._options(backends, self._mirror(repository))
+        options = server_options(
+            self.settings,
+            backends=backends,
+            repository=self._mirror(repository),
+            log_path=self.log_path,
+            shm_prefix=self.shm_prefix,
+        )
         try:
             self.server = b.TRITONSERVER_Server(options)
         finally:
@@ -179,26 +174,6 @@ class InProcessServer:
     def in_flight(self) -> int:
         with self._landed:
             return len(self._flights)
-
-    def _options(self, backends: Path, repository: Path) -> bindings.TRITONSERVER_ServerOptions:
-        from .. import bindings
-
-        s = self.settings
-        options = bindings.TRITONSERVER_ServerOptions()
-        options.set_model_repository_path(repository).set_backend_directory(backends)
-        options.set_model_control_mode(bindings.TRITONSERVER_ModelControlMode.EXPLICIT)
-        options.set_exit_timeout(s.exit_timeout_s).set_strict_readiness(True)
-        options.set_log_file(self.log_path).set_log_verbose(s.log_verbose)
-        options.set_log_info(s.log_verbose > 0).set_log_warn(True).set_log_error(True)
-        options.set_pinned_memory_pool_byte_size(0).set_gpu_metrics(False)
-        options.set_backend_config("python", "shm-region-prefix-name", self.shm_prefix)
-        for backend, setting, value in s.backend_config:
-            options.set_backend_config(backend, setting, value)
-        if s.buffer_manager_thread_count is not None:
-            options.set_buffer_manager_thread_count(s.buffer_manager_thread_count)
-        if s.model_load_thread_count is not None:
-            options.set_model_load_thread_count(s.model_load_thread_count)
-        return options
 
     def _mirror(self, repository: Path) -> Path:
         """A symlink mirror of ``repository`` for the server: the stubs' ``__pycache__`` lands there, not in it."""

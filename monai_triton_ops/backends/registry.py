@@ -27,6 +27,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from ..errors import BackendSpecError, BackendUnavailableError
+from .base import Availability as Availability
 from .base import BaseBackend
 from .options import parse_options
 
@@ -79,6 +80,15 @@ def is_installed(scheme: str) -> bool:
     except (BackendUnavailableError, BackendSpecError):
         return False
     return True
+
+
+def backend_availability(scheme: str) -> Availability:
+    """Whether ``scheme``'s backend can run here and why not: its import, then what the backend itself checks."""
+    try:
+        cls = _load(scheme, scheme)
+    except (BackendUnavailableError, BackendSpecError) as exc:
+        return Availability(False, str(exc))
+    return cls.availability(scheme)
 
 
 def register_backend(

@@ -21,7 +21,7 @@ from ..repository.runner.model import name_results
 from ..repository.signatures import local_entry
 from ..signature import ModelSignature
 from .arrays import ArrayLike, as_torch
-from .base import BaseBackend, InferRequest
+from .base import Availability, BaseBackend, InferRequest
 from .options import BackendOptions
 
 logger = logging.getLogger(__name__)
@@ -51,6 +51,15 @@ class TorchScriptBackend(BaseBackend):
 
     kind = "torch"
     options_type = TorchScriptOptions
+
+    @classmethod
+    def availability(cls, scheme: str) -> Availability:
+        """Runs wherever torch imports; says whether ``device=cuda`` can be chosen here."""
+        cuda = "device=cuda available" if torch.cuda.is_available() else "CPU only here (no CUDA device)"
+        return Availability(True, f"TorchScript in the app's process; {cuda}")
+
+    def describe(self) -> str:
+        return f"torch (TorchScript in this process, {cast(TorchScriptOptions, self.options).device})"
 
     def __init__(self, model_name: str, **kwargs: Any) -> None:
         super().__init__(model_name, **kwargs)

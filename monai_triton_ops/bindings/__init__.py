@@ -5,7 +5,6 @@ errors raised by code; see ``docs/binding.md`` for the conventions, the ownershi
 inference written against this package alone. No policy lives here: the in-process backend builds on it.
 """
 
-from ._library import API_VERSION as API_VERSION
 from ._library import check_api_version as check_api_version
 from ._library import load_library as load_library
 from ._library import loaded_library as loaded_library
@@ -14,34 +13,35 @@ from ._object import live_handles as live_handles
 from .allocator import ArrayAllocator as ArrayAllocator
 from .allocator import TRITONSERVER_ResponseAllocator as TRITONSERVER_ResponseAllocator
 from .buffer_attributes import TRITONSERVER_BufferAttributes as TRITONSERVER_BufferAttributes
+from .declarations import API_VERSION as API_VERSION
+from .dtypes import numpy_dtype as numpy_dtype
+from .dtypes import triton_dtype as triton_dtype
+from .enum_strings import TRITONSERVER_DataTypeByteSize as TRITONSERVER_DataTypeByteSize
+from .enum_strings import TRITONSERVER_DataTypeString as TRITONSERVER_DataTypeString
+from .enum_strings import TRITONSERVER_InferenceTraceActivityString as TRITONSERVER_InferenceTraceActivityString
+from .enum_strings import TRITONSERVER_InferenceTraceLevelString as TRITONSERVER_InferenceTraceLevelString
+from .enum_strings import TRITONSERVER_InstanceGroupKindString as TRITONSERVER_InstanceGroupKindString
+from .enum_strings import TRITONSERVER_MemoryTypeString as TRITONSERVER_MemoryTypeString
+from .enum_strings import TRITONSERVER_ParameterTypeString as TRITONSERVER_ParameterTypeString
+from .enum_strings import TRITONSERVER_StringToDataType as TRITONSERVER_StringToDataType
 from .enums import TRITONSERVER_DataType as TRITONSERVER_DataType
-from .enums import TRITONSERVER_DataTypeByteSize as TRITONSERVER_DataTypeByteSize
-from .enums import TRITONSERVER_DataTypeString as TRITONSERVER_DataTypeString
 from .enums import TRITONSERVER_Error_Code as TRITONSERVER_Error_Code
 from .enums import TRITONSERVER_InferenceTraceActivity as TRITONSERVER_InferenceTraceActivity
-from .enums import TRITONSERVER_InferenceTraceActivityString as TRITONSERVER_InferenceTraceActivityString
 from .enums import TRITONSERVER_InferenceTraceLevel as TRITONSERVER_InferenceTraceLevel
-from .enums import TRITONSERVER_InferenceTraceLevelString as TRITONSERVER_InferenceTraceLevelString
 from .enums import TRITONSERVER_InstanceGroupKind as TRITONSERVER_InstanceGroupKind
-from .enums import TRITONSERVER_InstanceGroupKindString as TRITONSERVER_InstanceGroupKindString
 from .enums import TRITONSERVER_LogFormat as TRITONSERVER_LogFormat
 from .enums import TRITONSERVER_LogLevel as TRITONSERVER_LogLevel
 from .enums import TRITONSERVER_MemoryType as TRITONSERVER_MemoryType
-from .enums import TRITONSERVER_MemoryTypeString as TRITONSERVER_MemoryTypeString
 from .enums import TRITONSERVER_MetricFormat as TRITONSERVER_MetricFormat
 from .enums import TRITONSERVER_ModelBatchFlag as TRITONSERVER_ModelBatchFlag
 from .enums import TRITONSERVER_ModelControlMode as TRITONSERVER_ModelControlMode
 from .enums import TRITONSERVER_ModelIndexFlag as TRITONSERVER_ModelIndexFlag
 from .enums import TRITONSERVER_ModelTxnPropertyFlag as TRITONSERVER_ModelTxnPropertyFlag
 from .enums import TRITONSERVER_ParameterType as TRITONSERVER_ParameterType
-from .enums import TRITONSERVER_ParameterTypeString as TRITONSERVER_ParameterTypeString
 from .enums import TRITONSERVER_RateLimitMode as TRITONSERVER_RateLimitMode
 from .enums import TRITONSERVER_RequestFlag as TRITONSERVER_RequestFlag
 from .enums import TRITONSERVER_RequestReleaseFlag as TRITONSERVER_RequestReleaseFlag
 from .enums import TRITONSERVER_ResponseCompleteFlag as TRITONSERVER_ResponseCompleteFlag
-from .enums import TRITONSERVER_StringToDataType as TRITONSERVER_StringToDataType
-from .enums import numpy_dtype as numpy_dtype
-from .enums import triton_dtype as triton_dtype
 from .error import AlreadyExistsError as AlreadyExistsError
 from .error import CancelledError as CancelledError
 from .error import InternalError as InternalError

@@ -29,12 +29,12 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from . import _library
-from ._library import lib
+from . import declarations
+from ._library import lib, new_error
 from ._object import State, TritonObject, drop_handle, handle_object, new_handle
 from .buffer_attributes import TRITONSERVER_BufferAttributes
 from .enums import TRITONSERVER_MemoryType
-from .error import OwnershipError, new_error
+from .error import OwnershipError
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ QueryFn = Callable[
 
 
 class Flight(Protocol):
-    """The inference a buffer was allocated for (``request._Flight``): where its callbacks' exceptions go."""
+    """The inference a buffer was allocated for (``flight.Flight``): where its callbacks' exceptions go."""
 
     @property
     def completed(self) -> bool: ...
@@ -101,7 +101,7 @@ class TRITONSERVER_ResponseAllocator(TritonObject):
         self._buffers: set[int] = set()
         self._requests: weakref.WeakSet[Any] = weakref.WeakSet()
         out = ctypes.c_void_p()
-        start = _START if start_fn is not None else _library.START_FN()
+        start = _START if start_fn is not None else declarations.START_FN()
         lib().TRITONSERVER_ResponseAllocatorNew(ctypes.byref(out), _ALLOC, _RELEASE, start)
         super().__init__(out.value or 0)
 
@@ -311,11 +311,11 @@ def _buffer_attributes(
         return new_error(exc)
 
 
-_ALLOC = _library.ALLOC_FN(_alloc)
-_RELEASE = _library.BUFFER_RELEASE_FN(_release)
-_START = _library.START_FN(_start)
-_QUERY = _library.QUERY_FN(_query)
-_BUFFER_ATTRIBUTES = _library.BUFFER_ATTRIBUTES_FN(_buffer_attributes)
+_ALLOC = declarations.ALLOC_FN(_alloc)
+_RELEASE = declarations.BUFFER_RELEASE_FN(_release)
+_START = declarations.START_FN(_start)
+_QUERY = declarations.QUERY_FN(_query)
+_BUFFER_ATTRIBUTES = declarations.BUFFER_ATTRIBUTES_FN(_buffer_attributes)
 
 
 # -- the allocator the binding ships: fresh arrays per output --------------------------------------------

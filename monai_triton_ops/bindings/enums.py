@@ -1,4 +1,4 @@
-"""The C API's enums as Python enum classes without the repeated prefix, and their ``*String`` functions.
+"""The C API's enums as Python enum classes without the repeated prefix.
 
 ``TRITONSERVER_TYPE_FP32`` is ``TRITONSERVER_DataType.FP32``, ``TRITONSERVER_RESPONSE_COMPLETE_FINAL`` is
 ``TRITONSERVER_ResponseCompleteFlag.FINAL``. Values are the header's; flags are :class:`enum.IntFlag`.
@@ -7,8 +7,6 @@
 from __future__ import annotations
 
 import enum
-
-import numpy as np
 
 
 class TRITONSERVER_DataType(enum.IntEnum):
@@ -136,93 +134,3 @@ class TRITONSERVER_ModelIndexFlag(enum.IntFlag):
 class TRITONSERVER_ModelTxnPropertyFlag(enum.IntFlag):
     ONE_TO_ONE = 1
     DECOUPLED = 2
-
-
-# -- numpy <-> Triton dtypes (BYTES and BF16 have no fixed-size numpy dtype) ----------------------------
-_NUMPY: dict[TRITONSERVER_DataType, np.dtype[np.generic]] = {
-    TRITONSERVER_DataType.BOOL: np.dtype(np.bool_),
-    TRITONSERVER_DataType.UINT8: np.dtype(np.uint8),
-    TRITONSERVER_DataType.UINT16: np.dtype(np.uint16),
-    TRITONSERVER_DataType.UINT32: np.dtype(np.uint32),
-    TRITONSERVER_DataType.UINT64: np.dtype(np.uint64),
-    TRITONSERVER_DataType.INT8: np.dtype(np.int8),
-    TRITONSERVER_DataType.INT16: np.dtype(np.int16),
-    TRITONSERVER_DataType.INT32: np.dtype(np.int32),
-    TRITONSERVER_DataType.INT64: np.dtype(np.int64),
-    TRITONSERVER_DataType.FP16: np.dtype(np.float16),
-    TRITONSERVER_DataType.FP32: np.dtype(np.float32),
-    TRITONSERVER_DataType.FP64: np.dtype(np.float64),
-}
-_FROM_NUMPY = {dtype: triton for triton, dtype in _NUMPY.items()}
-
-
-def numpy_dtype(datatype: TRITONSERVER_DataType) -> np.dtype[np.generic]:
-    """The numpy dtype of a fixed-size Triton data type.
-
-    Raises:
-        UnsupportedError: BYTES, BF16 or INVALID.
-    """
-    try:
-        return _NUMPY[datatype]
-    except KeyError:
-        from .error import UnsupportedError
-
-        raise UnsupportedError(f"Triton data type {datatype.name} has no numpy dtype") from None
-
-
-def triton_dtype(dtype: np.dtype[np.generic] | type[np.generic]) -> TRITONSERVER_DataType:
-    """The Triton data type of a numpy dtype.
-
-    Raises:
-        UnsupportedError: a dtype Triton has no fixed-size type for.
-    """
-    try:
-        return _FROM_NUMPY[np.dtype(dtype)]
-    except KeyError:
-        from .error import UnsupportedError
-
-        raise UnsupportedError(f"numpy dtype {np.dtype(dtype)} has no Triton data type") from None
-
-
-# -- the C API's string functions ---------------------------------------------------------------------
-def _string(function: str, value: int) -> str:
-    from ._library import lib
-
-    text = getattr(lib(), function)(int(value))
-    return "" if text is None else str(text.decode())
-
-
-def TRITONSERVER_DataTypeString(datatype: TRITONSERVER_DataType) -> str:
-    return _string("TRITONSERVER_DataTypeString", datatype)
-
-
-def TRITONSERVER_StringToDataType(dtype: str) -> TRITONSERVER_DataType:
-    from ._library import lib
-
-    return TRITONSERVER_DataType(lib().TRITONSERVER_StringToDataType(dtype.encode()))
-
-
-def TRITONSERVER_DataTypeByteSize(datatype: TRITONSERVER_DataType) -> int:
-    from ._library import lib
-
-    return int(lib().TRITONSERVER_DataTypeByteSize(int(datatype)))
-
-
-def TRITONSERVER_MemoryTypeString(memtype: TRITONSERVER_MemoryType) -> str:
-    return _string("TRITONSERVER_MemoryTypeString", memtype)
-
-
-def TRITONSERVER_ParameterTypeString(paramtype: TRITONSERVER_ParameterType) -> str:
-    return _string("TRITONSERVER_ParameterTypeString", paramtype)
-
-
-def TRITONSERVER_InstanceGroupKindString(kind: TRITONSERVER_InstanceGroupKind) -> str:
-    return _string("TRITONSERVER_InstanceGroupKindString", kind)
-
-
-def TRITONSERVER_InferenceTraceLevelString(level: TRITONSERVER_InferenceTraceLevel) -> str:
-    return _string("TRITONSERVER_InferenceTraceLevelString", level)
-
-
-def TRITONSERVER_InferenceTraceActivityString(activity: TRITONSERVER_InferenceTraceActivity) -> str:
-    return _string("TRITONSERVER_InferenceTraceActivityString", activity)

@@ -15,14 +15,13 @@
     ├── OwnershipError (RuntimeError)            a wrapper used while Triton owns it, or after its delete
     └── TritonLibraryError (ImportError)         libtritonserver cannot be loaded or has another API version
 
-The caller owns an error a function returns and must delete it; an error read from a response belongs to
-the response. :func:`raise_error` handles both, and :func:`new_error` turns an exception raised in a Python
-callback into the ``TRITONSERVER_Error*`` that Triton expects back.
+Classes only: turning a ``TRITONSERVER_Error*`` into one of them (and back, for a callback) is a C call, made
+by the library loader (``_library.read_error``, ``raise_error``, ``new_error``), which imports this module.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar, NoReturn
+from typing import ClassVar
 
 from ..errors import MonaiTritonError
 from .enums import TRITONSERVER_Error_Code
@@ -36,7 +35,7 @@ class TritonError(MonaiTritonError, RuntimeError):
     @property
     def code_string(self) -> str:
         """Triton's name for the code, e.g. ``"Not found"``."""
-        return _CODE_STRINGS.get(self.code, self.code.name)
+        return CODE_STRINGS.get(self.code, self.code.name)
 
 
 class UnknownError(TritonError):
@@ -92,7 +91,8 @@ ERROR_CLASSES: dict[TRITONSERVER_Error_Code, type[TritonError]] = {
         CancelledError,
     )
 }
-_CODE_STRINGS: dict[TRITONSERVER_Error_Code, str] = {}
+#: Triton's name of each code met so far (``TRITONSERVER_ErrorCodeString``), recorded by ``_library.read_error``.
+CODE_STRINGS: dict[TRITONSERVER_Error_Code, str] = {}
 
 
 def error_class(code: int) -> type[TritonError]:
@@ -101,34 +101,3 @@ def error_class(code: int) -> type[TritonError]:
         return ERROR_CLASSES[TRITONSERVER_Error_Code(code)]
     except ValueError:
         return UnknownError
-
-
-def read_error(error: int, *, owned: bool) -> TritonError:
-    """The exception for ``error`` (a ``TRITONSERVER_Error*``); deletes it when the caller owns it."""
-    from ._library import lib
-
-    library = lib()
-    try:
-        code = int(library.TRITONSERVER_ErrorCode(error))
-        message = (library.TRITONSERVER_ErrorMessage(error) or b"").decode(errors="replace")
-        code_string = (library.TRITONSERVER_ErrorCodeString(error) or b"").decode(errors="replace")
-    finally:
-        if owned:
-            library.TRITONSERVER_ErrorDelete(error)
-    cls = error_class(code)
-    _CODE_STRINGS.setdefault(cls.code, code_string)
-    return cls(message)
-
-
-def raise_error(error: int, *, owned: bool, cause: BaseException | None = None) -> NoReturn:
-    """Raise the exception for ``error``, chained to ``cause`` (an exception a callback raised) if given."""
-    raise read_error(error, owned=owned) from cause
-
-
-def new_error(exc: BaseException) -> int:
-    """A new ``TRITONSERVER_Error*`` describing ``exc``, for a callback to return to Triton (which deletes it)."""
-    from ._library import lib
-
-    code = exc.code if isinstance(exc, TritonError) else TRITONSERVER_Error_Code.UNKNOWN
-    message = f"{type(exc).__name__}: {exc}".encode(errors="replace")
-    return int(lib().TRITONSERVER_ErrorNew(int(code), message))

@@ -17,20 +17,16 @@ of the request's Python callbacks raised (an exception is never swallowed by cty
 
 from __future__ import annotations
 
-import concurrent.futures
 import ctypes
 import logging
-import threading
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from . import _library
+from . import declarations
 from ._library import lib
 from ._object import State, TritonObject, drop_handle, handle_object, reserve_handle, set_handle
 from .buffer_attributes import TRITONSERVER_BufferAttributes
+from .buffers import buffer_address
 from .enums import (
     TRITONSERVER_DataType,
     TRITONSERVER_MemoryType,
@@ -38,11 +34,11 @@ from .enums import (
     TRITONSERVER_ResponseCompleteFlag,
 )
 from .error import InvalidArgumentError, OwnershipError
+from .flight import Flight, FlightServer
 
 if TYPE_CHECKING:
     from .allocator import TRITONSERVER_ResponseAllocator
     from .response import TRITONSERVER_InferenceResponse
-    from .server import TRITONSERVER_Server
 
 logger = logging.getLogger(__name__)
 
@@ -52,56 +48,13 @@ ReleaseFn = Callable[["TRITONSERVER_InferenceRequest", TRITONSERVER_RequestRelea
 ResponseFn = Callable[["TRITONSERVER_InferenceResponse | None", TRITONSERVER_ResponseCompleteFlag, Any], None]
 
 
-class _Flight:
-    """One inference of a request: from ``infer_async`` to release + FINAL; what its callbacks use."""
-
-    __slots__ = (
-        "allocator",
-        "allocator_user_object",
-        "errors",
-        "final",
-        "future",
-        "lock",
-        "release_fn",
-        "release_user_object",
-        "released",
-        "response_fn",
-        "response_user_object",
-    )
-
-    def __init__(self, request: TRITONSERVER_InferenceRequest) -> None:
-        self.future: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self.lock = threading.RLock()
-        self.released = False
-        self.final = False
-        self.errors: list[BaseException] = []
-        self.allocator = request._allocator
-        self.allocator_user_object = request._allocator_user_object
-        self.response_fn = request._response_fn
-        self.response_user_object = request._response_user_object
-        self.release_fn = request._release_fn
-        self.release_user_object = request._release_user_object
-
-    def note(self, exc: BaseException) -> None:
-        self.errors.append(exc)
-
-    @property
-    def completed(self) -> bool:
-        """Whether the future was given its outcome (an exception noted now would reach nobody)."""
-        return self.future.done()
-
-    def allocation_error(self) -> BaseException | None:
-        """The first exception an allocator callback raised (the cause of the response's error)."""
-        return self.errors[0] if self.errors else None
-
-
 class TRITONSERVER_InferenceRequest(TritonObject):
     """``TRITONSERVER_InferenceRequestNew(server, model_name, model_version)``; ``-1``: the model's policy."""
 
     _c_delete = "TRITONSERVER_InferenceRequestDelete"
     _lent_by = "TRITONSERVER_ServerInferAsync"
 
-    def __init__(self, server: TRITONSERVER_Server, model_name: str, model_version: int = -1) -> None:
+    def __init__(self, server: FlightServer, model_name: str, model_version: int = -1) -> None:
         server._refuse_if_stopping()
         out = ctypes.c_void_p()
         lib().TRITONSERVER_InferenceRequestNew(ctypes.byref(out), server._ptr(), model_name.encode(), model_version)
@@ -116,7 +69,7 @@ class TRITONSERVER_InferenceRequest(TritonObject):
         self._response_user_object: Any = None
         self._release_fn: ReleaseFn | None = None
         self._release_user_object: Any = None
-        self._flight: _Flight | None = None
+        self._flight: Flight | None = None
         lib().TRITONSERVER_InferenceRequestSetReleaseCallback(self._pointer, _RELEASE, self._handle)
         server._adopt(self)
 
@@ -301,7 +254,7 @@ class TRITONSERVER_InferenceRequest(TritonObject):
         self._response_fn, self._response_user_object = response_fn, response_user_object
 
     # -- the flight (used by TRITONSERVER_Server.infer_async and the trampolines) --------------------------
-    def _lend(self) -> _Flight:
+    def _lend(self) -> Flight:
         pointer = self._ptr()
         if self._state is not State.OWNED:
             raise OwnershipError("a TRITONSERVER_InferenceRequest borrowed by a callback cannot be submitted")
@@ -312,7 +265,14 @@ class TRITONSERVER_InferenceRequest(TritonObject):
         if self._response_fn is None:
             raise InvalidArgumentError("TRITONSERVER_InferenceRequest has no response callback: set_response_callback")
         del pointer
-        flight = _Flight(self)
+        flight = Flight(
+            allocator=self._allocator,
+            allocator_user_object=self._allocator_user_object,
+            response_fn=self._response_fn,
+            response_user_object=self._response_user_object,
+            release_fn=self._release_fn,
+            release_user_object=self._release_user_object,
+        )
         self._flight = flight
         set_handle(self._handle, self)  # before the call: callbacks may come before infer_async returns
         self._state = State.LENT
@@ -334,7 +294,7 @@ class TRITONSERVER_InferenceRequest(TritonObject):
         if self._flight is not None:
             self._flight.note(exc)
 
-    def _finish(self, flight: _Flight, *, released: bool = False, final: bool = False) -> Callable[[], None] | None:
+    def _finish(self, flight: Flight, *, released: bool = False, final: bool = False) -> Callable[[], None] | None:
         """Record release or FINAL; once both came, end the flight and return what completes its future.
 
         The trampoline drops its own references first and then calls it: by then an unreferenced request
@@ -348,39 +308,12 @@ class TRITONSERVER_InferenceRequest(TritonObject):
                 self._flight = None
         if not done:
             return None
-        self.server._landed(self)
+        self.server._landed(self._handle)
         drop_handle(self._handle)
-        return partial(_complete, flight)
+        return flight.complete
 
     def _before_delete(self) -> None:
         self._inputs.clear()
-
-
-def _complete(flight: _Flight) -> None:
-    if flight.errors:
-        flight.future.set_exception(flight.errors[0])
-    else:
-        flight.future.set_result(None)
-
-
-def buffer_address(data: Any, name: str) -> tuple[int, int]:
-    """``(address, byte size)`` of a contiguous buffer: numpy array, torch tensor, or bytes-like object."""
-    if isinstance(data, np.ndarray):
-        if not data.flags.c_contiguous:
-            raise InvalidArgumentError(
-                f"input {name!r}: the array is not C-contiguous (shape {data.shape}, strides {data.strides}); "
-                "pass np.ascontiguousarray(array)"
-            )
-        return int(data.ctypes.data), int(data.nbytes)
-    if hasattr(data, "data_ptr") and hasattr(data, "is_contiguous"):  # torch.Tensor, on any device
-        if not data.is_contiguous():
-            raise InvalidArgumentError(f"input {name!r}: the tensor is not contiguous; pass tensor.contiguous()")
-        return int(data.data_ptr()), int(data.numel() * data.element_size())
-    view = memoryview(data)
-    if not view.c_contiguous:
-        raise InvalidArgumentError(f"input {name!r}: the buffer is not C-contiguous")
-    array = np.frombuffer(view.cast("B"), dtype=np.uint8)
-    return (int(array.ctypes.data) if array.size else 0), int(array.nbytes)
 
 
 def _get(function: Any, pointer: int, c_type: Any) -> int:
@@ -443,5 +376,5 @@ def _on_response(response: int | None, flags: int, userp: int | None) -> None:
             done()
 
 
-_RELEASE = _library.REQUEST_RELEASE_FN(_on_release)
-_RESPONSE = _library.RESPONSE_COMPLETE_FN(_on_response)
+_RELEASE = declarations.REQUEST_RELEASE_FN(_on_release)
+_RESPONSE = declarations.RESPONSE_COMPLETE_FN(_on_response)

@@ -19,17 +19,16 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from ._library import lib
+from ._library import lib, raise_error
 from ._object import TritonObject, handle_object
 from .allocator import collect_release_errors, deliver_release_error
-from .enums import TRITONSERVER_DataType, TRITONSERVER_MemoryType, TRITONSERVER_ParameterType, numpy_dtype
-from .error import InternalError, UnsupportedError, raise_error
+from .dtypes import numpy_dtype
+from .enums import TRITONSERVER_DataType, TRITONSERVER_MemoryType, TRITONSERVER_ParameterType
+from .error import InternalError, UnsupportedError
+from .flight import Flight, FlightServer
 
 if TYPE_CHECKING:
     import torch
-
-    from .request import _Flight
-    from .server import TRITONSERVER_Server
 
 
 class ResponseOutput(NamedTuple):
@@ -50,7 +49,7 @@ class TRITONSERVER_InferenceResponse(TritonObject):
 
     _c_delete = "TRITONSERVER_InferenceResponseDelete"
 
-    def __init__(self, pointer: int, server: TRITONSERVER_Server, flight: _Flight | None = None) -> None:
+    def __init__(self, pointer: int, server: FlightServer, flight: Flight | None = None) -> None:
         super().__init__(pointer)
         self.server = server
         self._flight = flight

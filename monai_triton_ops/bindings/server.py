@@ -11,7 +11,7 @@ deadlines and process exit belong to whoever owns the server (the in-process bac
 - A request lent to Triton belongs to the server: ``delete()`` refuses (``OwnershipError``, no C call) while
   one is in flight. Triton 2.51's own check is not enough: when its exit timeout expires, ``ServerDelete``
   returns an error without deleting, and deleting again once the requests land frees the server under a
-  model that a Triton thread destroys later (a crash in ``RateLimiter::GetPayload``, seen here under gdb).
+  model that a Triton thread destroys later (the thread then crashes in ``RateLimiter::GetPayload``).
 - For the same reason a server whose stop failed (Triton's exit timeout expired) is never deleted:
   ``delete()`` refuses it. Its owner leaves it to the process's exit.
 
@@ -275,9 +275,9 @@ class TRITONSERVER_Server(TritonObject):
     def _adopt(self, child: Any) -> None:
         self._children.add(child)
 
-    def _landed(self, request: TRITONSERVER_InferenceRequest) -> None:
+    def _landed(self, handle: int) -> None:
         with self._flight_lock:
-            self._in_flight.discard(request._handle)
+            self._in_flight.discard(handle)
 
     def _invalidate_children(self) -> None:
         """Delete Python-owned requests and responses: alive, they would keep their models loaded."""

@@ -15,17 +15,15 @@ from __future__ import annotations
 import ctypes
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from . import _library
+from . import declarations
 from ._library import lib
 from ._object import State, TritonObject, drop_handle, handle_object, new_handle
 from .enums import TRITONSERVER_DataType, TRITONSERVER_InferenceTraceActivity, TRITONSERVER_InferenceTraceLevel
 from .enums import TRITONSERVER_MemoryType as MemoryType
 from .error import OwnershipError
-
-if TYPE_CHECKING:
-    from .request import _Flight
+from .flight import Flight
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +64,7 @@ class _Family:
         self.user_object = user_object
         self.alive = 0
         self.lent: dict[int, TRITONSERVER_InferenceTrace] = {}
-        self.flight: _Flight | None = None
+        self.flight: Flight | None = None
         self.errors: list[BaseException] = []
         self.handle = new_handle(self)
 
@@ -173,7 +171,7 @@ class TRITONSERVER_InferenceTrace(TritonObject):
         return TRITONSERVER_InferenceTrace._of_family(out.value or 0, self._family, State.OWNED)
 
     # -- ownership ----------------------------------------------------------------------------------------
-    def _lend(self, flight: _Flight) -> int:
+    def _lend(self, flight: Flight) -> int:
         pointer = self._ptr()
         if self._state is not State.OWNED:
             raise OwnershipError("a borrowed TRITONSERVER_InferenceTrace cannot be passed to infer_async")
@@ -267,6 +265,6 @@ def _on_release(trace: int | None, userp: int | None) -> None:
         family.failed(exc)
 
 
-_ACTIVITY = _library.TRACE_ACTIVITY_FN(_on_activity)
-_TENSOR_ACTIVITY = _library.TRACE_TENSOR_ACTIVITY_FN(_on_tensor_activity)
-_RELEASE = _library.TRACE_RELEASE_FN(_on_release)
+_ACTIVITY = declarations.TRACE_ACTIVITY_FN(_on_activity)
+_TENSOR_ACTIVITY = declarations.TRACE_TENSOR_ACTIVITY_FN(_on_tensor_activity)
+_RELEASE = declarations.TRACE_RELEASE_FN(_on_release)

@@ -53,7 +53,8 @@ from ..errors import BackendStateError, ConfigError, InputDataError
 from ..pipeline.checks import check_finite, image_context
 from ..pipeline.dictionary import INPUT_KEY, PRED_KEY, has_loader, is_dictionary_transform, run_dictionary_inference
 from ..pipeline.image import from_channel_first, to_channel_first
-from ..pipeline.run import InferenceSettings, Transform, run_inference
+from ..pipeline.run import Transform, run_inference
+from ..pipeline.settings import InferenceSettings
 from ..preflight import check_model_entry
 from .bundle import BundleRun, bundle_keywords
 from .report import log_run

@@ -20,26 +20,10 @@ from ..backends.base import BaseBackend
 RUN_LOGGER = "monai_triton_ops.run"
 logger = logging.getLogger(RUN_LOGGER)
 
-_TRANSPORTS = {"grpc": "gRPC", "grpcs": "gRPC with TLS", "http": "HTTP", "https": "HTTPS"}
-
 
 def describe_backend(backend: BaseBackend) -> str:
-    """Where and how a backend runs its model, in words."""
-    kind = getattr(backend, "kind", "")
-    urls = getattr(backend, "urls", ())
-    if urls:
-        scheme, _, host = urls[0].partition("://")
-        memory = getattr(backend, "shared_memory", None)
-        extra = f", {memory} shared memory" if memory == "system" else ", tensors in the request body"
-        if getattr(backend.options, "mode", "window") == "volume":
-            extra += f", whole volume to {backend.model_name!r}"
-        return f"{scheme} (remote Triton at {host} over {_TRANSPORTS.get(scheme, scheme)}{extra})"
-    if kind == "torch":
-        device = getattr(backend.options, "device", "cpu")
-        return f"torch (TorchScript in this process, {device})"
-    if kind == "triton":
-        return "triton (Triton server core in this process, C API)"
-    return f"{kind or type(backend).__name__} ({type(backend).__name__})"
+    """Where and how a backend runs its model, in words, as the backend itself says (``BaseBackend.describe``)."""
+    return backend.describe()
 
 
 def log_run(model: str, backend: BaseBackend, images: int, seconds: float, **extra: Any) -> None:

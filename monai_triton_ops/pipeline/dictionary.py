@@ -26,7 +26,8 @@ from monai.transforms import Compose, LoadImaged, MapTransform
 
 from ..backends.base import BaseBackend
 from ..errors import ConfigError
-from .run import InferenceSettings, Transform, check_spatial_rank, predict
+from .run import Transform, check_spatial_rank, predict
+from .settings import InferenceSettings
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ receive has the shape window mode gives them, ``(C, *spatial)``, so an app's cha
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -24,9 +24,7 @@ from ..backends.requests import Parameter
 from ..errors import ConfigError, InputDataError
 from ..repository.volume import WRAP_COMMAND, VolumeSpec
 from ..signature import dtype_to_torch
-
-if TYPE_CHECKING:
-    from .run import InferenceSettings
+from .settings import InferenceSettings
 
 logger = logging.getLogger(__name__)
 

@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError, ServerUnavailableError
+from ..server.health import CONTROL_TIMEOUT_S
 from ..signature import ModelSignature
 from .check import EntryReport, differences, replace_problems, table
 
@@ -51,7 +52,7 @@ def parse_url(url: str) -> tuple[str, str, bool]:
 class ServerView:
     """A read-only view of one server's models, every call bounded by ``timeout_s``."""
 
-    def __init__(self, url: str, *, timeout_s: float = 10.0) -> None:
+    def __init__(self, url: str, *, timeout_s: float = CONTROL_TIMEOUT_S) -> None:
         self.url = url
         self.protocol, self.address, tls = parse_url(url)
         self.timeout_s = timeout_s

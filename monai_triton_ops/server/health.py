@@ -17,6 +17,10 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
+#: The time a control call to a Triton server (health, repository index, model list) may take, outside a start-up
+#: poll: a server that is up answers at once, so this only bounds the wait on one that hangs.
+CONTROL_TIMEOUT_S = 10.0
+
 _opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 

@@ -73,10 +73,6 @@ class ServerState(enum.Enum):
     STOPPED = "stopped"
 
 
-class _PortTaken(Exception):
-    """A port this launcher picked was bound by someone else before the server could: pick again."""
-
-
 class LocalTritonServer:
     """A ``tritonserver`` serving ``model_repository`` on 127.0.0.1, started and stopped by this object.
 
@@ -100,6 +96,7 @@ class LocalTritonServer:
         log_path: str | os.PathLike[str] | None = None,
         model_control_mode: ModelControlMode = "none",
         models: Sequence[str] = (),
+        model_load_thread_count: int | None = None,
         extra_args: Sequence[str] = (),
     ) -> None:
         self.options = ServerOptions(
@@ -114,6 +111,7 @@ class LocalTritonServer:
             log_path=Path(log_path) if log_path is not None else None,
             model_control_mode=model_control_mode,
             models=_strings("models", models),
+            model_load_thread_count=model_load_thread_count,
             extra_args=_strings("extra_args", extra_args),
         )
         self._state = ServerState.NEW
@@ -277,7 +275,7 @@ class LocalTritonServer:
             process = self._launch(argv, env, self._log_path)
             try:
                 self._wait_ready(process, self._log_path, deadline)
-            except _PortTaken:
+            except readiness.PortTaken:
                 if attempt == _PORT_ATTEMPTS:
                     raise ServerStartError(
                         f"tritonserver could not bind free ports in {_PORT_ATTEMPTS} attempts",
@@ -332,7 +330,7 @@ class LocalTritonServer:
         while True:
             code = process.poll()
             if code is not None:
-                self._raise_exited(code, log_path)
+                readiness.raise_exited(code, self.options, log_path, self._install)
             text, offset = logs.read_from(log_path, offset)
             readiness.raise_load_failures(text, self.options, log_path, self._install)
             remaining = deadline - time.monotonic()
@@ -350,28 +348,6 @@ class LocalTritonServer:
             ):
                 return
             time.sleep(min(_POLL_INTERVAL_S, max(0.0, deadline - time.monotonic())))
-
-    def _raise_exited(self, code: int, log_path: Path) -> None:
-        text = logs.read_tail(log_path, max_lines=10_000, max_chars=1 << 20)
-        given = {
-            p for p in (self.options.http_port, self.options.grpc_port, self.options.metrics_port) if p is not None
-        }
-        for conflict in logs.port_conflicts(text):
-            if conflict.port in given:
-                raise PortInUseError(
-                    f"{conflict.service} port {conflict.port} on {LOOPBACK} is already in use "
-                    f"(tritonserver could not bind it)"
-                )
-            raise _PortTaken()
-        tail = logs.read_tail(log_path)
-        readiness.raise_model_failures(
-            logs.model_failures(text), "failed to load", self.options, log_path, self._install
-        )
-        errors = "; ".join(logs.error_lines(text, limit=3))
-        raise ServerStartError(
-            f"tritonserver exited with code {code} before it was ready" + (f": {errors}" if errors else ""),
-            log_tail=tail,
-        )
 
     # -- stop ---------------------------------------------------------------------------------
     def _shutdown(self, *, grace_s: float) -> None:

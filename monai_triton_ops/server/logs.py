@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,11 @@ _STUB_FAILURES = (
     (re.compile(r"(Fatal Python error: .*)"), "cannot start its interpreter"),
     (re.compile(r"(Stub process '[^']*' is not healthy\.?)"), "exited while its model loaded"),
 )
+# What tritonserver prints when the Python backend aborts it (python_backend src/stub_launcher.cc, message_queue.h):
+# the backend guards its stub IPC with mutexes in shared memory; when a stub dies or is killed while it holds one
+# (its health check failed because it was starved of CPU), the next lock throws and nothing catches it, so the
+# whole server ends with SIGABRT (triton-inference-server/server#8882).
+_LOCK_ABORT = re.compile(r"terminate called after throwing an instance of '(boost::interprocess::\w+)'")
 # Error lines that say nothing about the failure on a machine without a GPU.
 _NOISE = re.compile(r"CUDA|Cuda|NVML|DCGM|GPU|pinned memory", re.IGNORECASE)
 
@@ -101,6 +107,38 @@ def stub_failure(log_text: str) -> str | None:
                 cause = found.group(1).split("\\n")[0].rstrip('" ')
                 return _cut(f"the Python backend stub {what}: {cause}")
     return None
+
+
+def server_abort(log_text: str) -> str | None:
+    """Why the server aborted, in one sentence that names the cause and what avoids it; ``None`` if the log
+    shows no known abort."""
+    found = _LOCK_ABORT.search(log_text)
+    if found is None:
+        return None
+    return (
+        f"the Python backend aborted the server ({found.group(1)}): a stub's interprocess lock failed, which "
+        "Triton's Python backend does when its stubs are starved of CPU while models load or run "
+        "(triton-inference-server/server#8882); give the server more CPU or load fewer models at once "
+        "(--model-load-thread-count)"
+    )
+
+
+def exit_reason(code: int, log_text: str) -> str:
+    """One line on a server that exited before it was ready: a known abort by name, else its exit status and
+    first error lines."""
+    status = f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
+    abort = server_abort(log_text)
+    if abort is not None:
+        return f"tritonserver {status} before it was ready: {abort}"
+    errors = "; ".join(error_lines(log_text, limit=3))
+    return f"tritonserver {status} before it was ready" + (f": {errors}" if errors else "")
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def last_line(text: str) -> str:

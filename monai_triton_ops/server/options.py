@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..errors import ConfigError
+from .load_settings import load_threads, needs_auto_complete
 from .ports import LOOPBACK
 
 ModelControlMode = Literal["none", "explicit"]
@@ -37,6 +38,8 @@ class ServerOptions:
     model_control_mode: ModelControlMode = "none"
     models: tuple[str, ...] = ()
     """Models to wait for (``none``: default every model in the repository) or to load (``explicit``)."""
+    model_load_thread_count: int | None = None
+    """How many models load at once; default ``load_settings.load_threads()``: half the cores, 1 to 4."""
     extra_args: tuple[str, ...] = field(default=())
     """Appended to the command line as they are."""
 
@@ -74,6 +77,9 @@ class ServerOptions:
                 raise ConfigError(f"{name} must be a finite number of seconds > 0, got {value!r}")
         if isinstance(self.log_verbose, bool) or not isinstance(self.log_verbose, int) or self.log_verbose < 0:
             raise ConfigError(f"log_verbose must be an int >= 0, got {self.log_verbose!r}")
+        count = self.model_load_thread_count
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+            raise ConfigError(f"model_load_thread_count must be an int >= 1, got {count!r}")
         if self.model_control_mode not in ("none", "explicit"):
             raise ConfigError(f"model_control_mode must be 'none' or 'explicit', got {self.model_control_mode!r}")
         bad = [m for m in self.models if not _MODEL_NAME.match(m)]
@@ -97,7 +103,8 @@ def build_argv(
     exit_timeout_s: int,
     shm_prefix: str | None = None,
 ) -> list[str]:
-    """The ``tritonserver`` command line: loopback only, explicit ports, fail fast on a model that fails."""
+    """The ``tritonserver`` command line: loopback only, explicit ports, fail fast on a model that fails, models
+    loaded as ``load_settings`` says (``extra_args`` come last, so a flag given there wins)."""
     argv = [
         os.fspath(server_path),
         f"--model-repository={os.fspath(options.model_repository.resolve())}",
@@ -116,6 +123,9 @@ def build_argv(
     ]
     if shm_prefix:
         argv.append(f"--backend-config=python,shm-region-prefix-name={shm_prefix}")
+    argv.append(f"--model-load-thread-count={options.model_load_thread_count or load_threads()}")
+    if not needs_auto_complete(options.model_repository):
+        argv.append("--disable-auto-complete-config")
     if options.model_control_mode == "explicit":
         argv += [f"--load-model={name}" for name in options.models]
     return argv + list(options.extra_args)

@@ -1,4 +1,5 @@
-"""Whether a starting server's models are ready, or can never be: what ``LocalTritonServer`` polls while it waits.
+"""Whether a starting server's models are ready, or can never be, and why a server that exited early did: what
+``LocalTritonServer`` polls and reads while it waits.
 
 A model that failed to load, a Python-backend stub that cannot start or died while loading, a model name the
 repository does not hold: each ends the wait at once with a ``ServerStartError`` naming the model and quoting
@@ -11,12 +12,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..errors import ServerStartError
-from ..repository.servable import load_failure
+from ..errors import PortInUseError, ServerStartError
 from . import health, logs
+from .capabilities import load_failure
 from .discovery import TritonInstall
 from .options import ServerOptions
+from .ports import LOOPBACK
 from .stub import python_models, repository_stub_problems
+
+
+class PortTaken(Exception):
+    """A port picked free was taken before tritonserver bound it: the launcher retries with other ports."""
 
 
 def check_stub(install: TritonInstall, env: Mapping[str, str], options: ServerOptions) -> None:
@@ -33,6 +39,27 @@ def raise_load_failures(text: str, options: ServerOptions, log_path: Path, insta
     if cause := logs.stub_failure(text):
         models = python_models(options.model_repository)
         raise ServerStartError(f"models {models} cannot load: {cause}", log_tail=logs.read_tail(log_path))
+
+
+def raise_exited(code: int, options: ServerOptions, log_path: Path, install: TritonInstall | None) -> None:
+    """Raise why a server that exited with ``code`` before it was ready did, from its log.
+
+    A port the caller gave that was taken is ``PortInUseError``; one picked free and taken since is ``PortTaken``
+    (the launcher tries other ports); a model that failed to load is named; a known abort is named with its cause;
+    else the exit status and the log's first error lines.
+    """
+    text = logs.read_tail(log_path, max_lines=10_000, max_chars=1 << 20)
+    given = {p for p in (options.http_port, options.grpc_port, options.metrics_port) if p is not None}
+    for conflict in logs.port_conflicts(text):
+        if conflict.port in given:
+            raise PortInUseError(
+                f"{conflict.service} port {conflict.port} on {LOOPBACK} is already in use "
+                f"(tritonserver could not bind it)"
+            )
+        raise PortTaken()
+    tail = logs.read_tail(log_path)
+    raise_model_failures(logs.model_failures(text), "failed to load", options, log_path, install)
+    raise ServerStartError(logs.exit_reason(code, text), log_tail=tail)
 
 
 def models_ready(
@@ -74,7 +101,7 @@ def raise_model_failures(
     """Raise for the first failure of a wanted model (every model, when none was named).
 
     Where the model's ``config.pbtxt`` explains the failure (a backend or instance kind this server lacks),
-    the error names the fix instead (``repository.servable``).
+    the error names the fix instead (``capabilities.load_failure``).
     """
     wanted = set(options.models)
     failures = [f for f in failures if not wanted or f.model in wanted]

@@ -129,3 +129,32 @@ def test_is_installed_tells_an_importable_backend_from_a_missing_one(monkeypatch
     assert not registry.is_installed("later")
     assert not registry.is_installed("thirdparty")
     assert not registry.is_installed("nonsense")
+
+
+class _NeedsAWidget(MockBackend):
+    """A third-party backend that says itself why it cannot run here."""
+
+    @classmethod
+    def availability(cls, scheme: str) -> registry.Availability:
+        return registry.Availability(False, f"{scheme}: no widget on this machine")
+
+
+def test_each_backend_says_whether_it_runs_here_through_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new backend joins ``monai-triton backends`` by its registration alone; the app layer knows no scheme."""
+    from monai_triton_ops.app_settings import backend_statuses
+
+    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
+    register_backend("widget", _NeedsAWidget)
+    register_backend("plain", MockBackend)
+    register_backend("absent", "not_installed_pkg.backend:Fancy", hint="pip install fancy-backend")
+    assert registry.backend_availability("widget") == (False, "widget: no widget on this machine")
+    assert registry.backend_availability("plain") == (True, "a third-party backend")
+    runs, detail = registry.backend_availability("absent")
+    assert not runs
+    assert "pip install fancy-backend" in detail
+    assert registry.backend_availability("torch").detail.startswith("TorchScript in the app's process")
+    assert registry.backend_availability("grpcs") == (True, "TLS; needs a Triton server: grpcs://HOST:PORT")
+    statuses = {s.scheme: s for s in backend_statuses()}
+    assert (statuses["widget"].runs_here, statuses["widget"].detail) == (False, "widget: no widget on this machine")
+    assert statuses["widget"].options == statuses["plain"].options
+    assert (statuses["absent"].runs_here, statuses["absent"].options) == (False, ())

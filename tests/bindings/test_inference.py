@@ -255,7 +255,7 @@ def test_response_getters(server: Any) -> None:
 
 # -- input buffers -----------------------------------------------------------------------------------
 def test_non_contiguous_input_is_refused() -> None:
-    from monai_triton_ops.bindings.request import buffer_address
+    from monai_triton_ops.bindings.buffers import buffer_address
 
     with pytest.raises(b.InvalidArgumentError, match=r"'INPUT__0'.*np.ascontiguousarray"):
         buffer_address(np.arange(12, dtype=np.float32).reshape(3, 4).T, "INPUT__0")
@@ -625,8 +625,8 @@ def test_query_with_null_name_and_size_answers_cpu(triton_library: Any) -> None:
 
 
 def test_alloc_failure_is_an_error_never_null_with_success(triton_library: Any) -> None:
+    from monai_triton_ops.bindings._library import read_error
     from monai_triton_ops.bindings._object import drop_handle, new_handle
-    from monai_triton_ops.bindings.error import read_error
 
     null_allocator = b.TRITONSERVER_ResponseAllocator(lambda *a: (0, None, b.TRITONSERVER_MemoryType.CPU, 0), None)
     context = _Context(null_allocator)

@@ -150,7 +150,8 @@ def test_numpy_dtypes_map_both_ways() -> None:
     "TRITONSERVER_ErrorNew", "TRITONSERVER_ErrorCode", "TRITONSERVER_ErrorMessage", "TRITONSERVER_ErrorCodeString"
 )
 def test_error_class_follows_the_code(triton_library: Any, code: b.TRITONSERVER_Error_Code) -> None:
-    from monai_triton_ops.bindings.error import ERROR_CLASSES, read_error
+    from monai_triton_ops.bindings._library import read_error
+    from monai_triton_ops.bindings.error import ERROR_CLASSES
 
     error = _library.lib().TRITONSERVER_ErrorNew(int(code), b"some message")
     exc = read_error(error, owned=True)
@@ -167,7 +168,7 @@ def test_error_classes_subclass_the_matching_builtins() -> None:
 
 
 def test_an_exception_becomes_an_error_with_its_text(triton_library: Any) -> None:
-    from monai_triton_ops.bindings.error import new_error, read_error
+    from monai_triton_ops.bindings._library import new_error, read_error
 
     exc = read_error(new_error(KeyError("OUTPUT__9")), owned=True)
     assert isinstance(exc, b.UnknownError)
@@ -280,6 +281,6 @@ def test_deleting_frees_what_triton_allocated(
 
 
 def _error_round_trip() -> None:
-    from monai_triton_ops.bindings.error import new_error, read_error
+    from monai_triton_ops.bindings._library import new_error, read_error
 
     read_error(new_error(RuntimeError(_BIG)), owned=True)

@@ -318,3 +318,59 @@ def test_server_dies_with_its_parent(triton_install: object, demo_repo: Path, tm
             kill_group(server_pid)
         # A server killed with its parent cannot unlink its shared memory; the next launcher would.
         remove_shm_regions(f"monai_triton_{parent.pid}_")
+
+
+# -- how models load -----------------------------------------------------------------------------------
+#: A model that leaves its inputs and outputs to its model.py (Triton's auto-complete, Python backend hook).
+SELF_COMPLETING_CONFIG = 'name: "completes_itself"\nbackend: "python"\nmax_batch_size: 0\n'
+AUTO_COMPLETE_HOOK = """
+    @staticmethod
+    def auto_complete_config(config):
+        config.add_input({"name": "INPUT__0", "data_type": "TYPE_FP32", "dims": [-1]})
+        config.add_output({"name": "OUTPUT__0", "data_type": "TYPE_FP32", "dims": [-1]})
+        return config
+"""
+
+
+def stub_starts(log: str) -> dict[str, int]:
+    """How many stubs the Python backend started for each model name its verbose log gives (last argv field)."""
+    starts: dict[str, int] = {}
+    for line in log.splitlines():
+        if "Starting Python backend stub" in line:
+            name = line.split("triton_python_backend_stub", 1)[1].split('"')[0].split()[-2]
+            starts[name] = starts.get(name, 0) + 1
+    return starts
+
+
+@pytest.mark.slow
+def test_complete_configs_load_one_stub_per_instance_and_a_self_completing_model_is_still_completed(
+    make_server: Callable[..., LocalTritonServer], tmp_path: Path
+) -> None:
+    """Auto-complete costs one more stub start per Python model; it is off when no config needs it, and on when
+    one model's ``model.py`` completes its config, which then serves as completed."""
+    complete = write_model(tmp_path / "complete", "add_one", expression="x + 1")
+    with make_server(complete, log_verbose=1) as server:
+        argv = Path(f"/proc/{server.pid}/cmdline").read_bytes().decode().split("\0")
+        assert "--disable-auto-complete-config" in argv
+        assert any(arg.startswith("--model-load-thread-count=") for arg in argv)
+        assert server.log_path is not None
+        assert stub_starts(server.log_path.read_text()) == {"add_one_0_0": 1}
+
+    mixed = write_model(tmp_path / "mixed", "add_one", expression="x + 1")
+    write_model(mixed, "completes_itself", expression="x * 2")
+    (mixed / "completes_itself" / "config.pbtxt").write_text(SELF_COMPLETING_CONFIG)
+    script = mixed / "completes_itself" / "1" / "model.py"
+    script.write_text(
+        script.read_text().replace("class TritonPythonModel:\n", "class TritonPythonModel:" + AUTO_COMPLETE_HOOK)
+    )
+    with make_server(mixed, log_verbose=1) as server:
+        argv = Path(f"/proc/{server.pid}/cmdline").read_bytes().decode().split("\0")
+        assert "--disable-auto-complete-config" not in argv
+        client = grpcclient.InferenceServerClient(server.grpc_url.removeprefix("grpc://"))
+        config = client.get_model_config("completes_itself", as_json=True)["config"]
+        assert [t["name"] for t in config["input"]] == ["INPUT__0"]
+        x = grpcclient.InferInput("INPUT__0", [3], "FP32")
+        x.set_data_from_numpy(np.array([1.0, 2.0, 3.0], dtype=np.float32))
+        result = client.infer("completes_itself", [x]).as_numpy("OUTPUT__0")
+        np.testing.assert_array_equal(result, [2.0, 4.0, 6.0])
+        client.close()

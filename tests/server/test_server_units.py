@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 from monai_triton_ops.errors import ConfigError, ModelNotFoundError, ServerError, ServerNotFoundError
-from monai_triton_ops.server import LocalTritonServer, ServerOptions, ServerState, discovery, find_tritonserver, logs
+from monai_triton_ops.server import (
+    LocalTritonServer,
+    ServerOptions,
+    ServerState,
+    discovery,
+    find_tritonserver,
+    load_settings,
+    logs,
+)
 from monai_triton_ops.server.environment import assemble_backend_dir, server_environment
 from monai_triton_ops.server.options import Ports, build_argv
 from monai_triton_ops.server.ports import pick_free_ports, port_is_free
@@ -33,6 +41,8 @@ HINT = "pip install --no-deps nvidia-pytriton==0.7.0"
         ({"model_control_mode": "poll"}, "model_control_mode"),
         ({"models": ["ok", "not/safe"]}, "models"),
         ({"models": "add_one"}, "models"),
+        ({"model_load_thread_count": 0}, "model_load_thread_count"),
+        ({"model_load_thread_count": True}, "model_load_thread_count"),
         ({"extra_args": "--foo"}, "extra_args"),
     ],
 )
@@ -235,3 +245,62 @@ def test_the_served_mirror_links_every_file_and_leaves_the_repository_alone(tmp_
     assert not (mirror / "seg" / "1" / "__pycache__").exists()
     (mirror / "seg" / "1" / "__pycache__").mkdir()  # what the server's stub does, now in the mirror
     assert sorted(p.name for p in (repo / "seg" / "1").iterdir()) == ["__pycache__", "model.py"]
+
+
+#: What tritonserver 2.51 printed when its Python backend aborted it during a CI run (pitfall B5), as it wrote it.
+LOCK_ABORT_LOG = (
+    'I1205 10:01:02.000000 4242 python_be.cc:2248] "TRITONBACKEND_ModelInstanceInitialize: untrained_seg_0_0"\n'
+    "terminate called after throwing an instance of 'boost::interprocess::lock_exception'\n"
+    "  what():  boost::interprocess::lock_exception\n"
+)
+
+
+def test_a_server_aborted_by_the_python_backend_is_named_with_the_cause_and_the_way_out(tmp_path: Path) -> None:
+    """The abort cannot be caused at will (it needs a stub starved at the wrong moment), so a stand-in server
+    prints the real server's last words and aborts itself; the launcher must say what happened, not a bare code."""
+    home = fake_install(tmp_path / "home")
+    (home / "bin" / "tritonserver").write_text(f"#!/bin/sh\ncat <<'LOG'\n{LOCK_ABORT_LOG}LOG\nkill -ABRT $$\n")
+    (tmp_path / "repo").mkdir()
+    server = LocalTritonServer(tmp_path / "repo", server_path=home, startup_timeout_s=30.0)
+    with pytest.raises(ServerError) as info:
+        server.start()
+    message = str(info.value).splitlines()[0]
+    assert message.startswith("tritonserver was killed by SIGABRT before it was ready: the Python backend aborted")
+    assert "boost::interprocess::lock_exception" in message
+    assert "--model-load-thread-count" in message
+    assert server.state.name == "STOPPED"
+
+
+def test_an_exit_status_without_a_known_abort_is_said_as_it_is() -> None:
+    error = 'E1205 10:01:02.0 1 main.cc:1] "error: creating server: bad"'
+    assert logs.exit_reason(1, error + "\n") == f"tritonserver exited with code 1 before it was ready: {error}"
+    assert logs.exit_reason(-9, "") == "tritonserver was killed by SIGKILL before it was ready"
+    assert logs.server_abort("I1205 some line\n") is None
+
+
+@pytest.mark.parametrize(("cpus", "threads"), [(1, 1), (2, 1), (3, 1), (4, 2), (8, 4), (64, 4)])
+def test_models_load_at_most_half_the_cores_at_once(cpus: int, threads: int) -> None:
+    assert load_settings.load_threads(cpus) == threads
+
+
+def test_a_given_load_thread_count_is_on_the_command_line(tmp_path: Path) -> None:
+    options = ServerOptions(model_repository=tmp_path, model_load_thread_count=3)
+    argv = build_argv(options, server_path=Path("/x/t"), backend_dir=tmp_path, ports=Ports(1, 2, 3), exit_timeout_s=1)
+    assert "--model-load-thread-count=3" in argv
+
+
+def test_auto_complete_is_needed_only_where_a_config_leaves_something_to_complete(tmp_path: Path) -> None:
+    from .conftest import write_model
+
+    repo = write_model(tmp_path / "repo", "add_one")
+    assert not load_settings.needs_auto_complete(repo)
+    assert load_settings.needs_auto_complete(tmp_path / "absent")
+    (repo / "no_config" / "1").mkdir(parents=True)  # Triton derives this one's config from its files
+    assert load_settings.needs_auto_complete(repo)
+    (repo / "no_config").rename(tmp_path / "gone")
+    (repo / "add_one" / "config.pbtxt").write_text('name: "add_one"\nbackend: "python"\n')  # no input, no output
+    assert load_settings.needs_auto_complete(repo)
+    write_model(repo, "add_one")
+    script = repo / "add_one" / "1" / "model.py"
+    script.write_text(script.read_text() + "\n    def auto_complete_config(config):\n        return config\n")
+    assert load_settings.needs_auto_complete(repo)

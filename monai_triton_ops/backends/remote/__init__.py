@@ -13,7 +13,8 @@ and around them:
 
 workers.py         the one worker pool: threads that run whole requests and own per-thread clients
 transport.py       the neutral transport interface, and the request builder both protocols share
-endpoints.py       where the servers are (Endpoint, a name's addresses), how to reach them (TransportSettings, connect)
+endpoints.py       where the servers are (Endpoint, a name's addresses), how to reach them (TransportSettings)
+connect.py         the transport for one endpoint (gRPC or HTTP)
 probing.py         each server's state, and its probes off the request path
 readiness.py       is the model ready on a server, and why not (refused, loading...); the visible wait at open
 fallback.py        fallback=torch: the model in this process when no server can take a request

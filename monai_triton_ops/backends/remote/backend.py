@@ -50,7 +50,7 @@ from ...errors import (
     ServerUnavailableError,
 )
 from ...signature import ModelSignature
-from ..base import ArrayLike, BaseBackend, InferRequest
+from ..base import ArrayLike, Availability, BaseBackend, InferRequest
 from ..options import BackendOptions
 from . import shm
 from .endpoints import TransportSettings, spec_endpoints
@@ -110,12 +110,22 @@ class _Attempts:
     where: str = ""
 
 
+#: The transport of each scheme, as the run line names it.
+_TRANSPORTS = {"grpc": "gRPC", "grpcs": "gRPC with TLS", "http": "HTTP", "https": "HTTPS"}
+
+
 class RemoteBackend(BaseBackend):
     """One model on a Triton server; thread-safe; see the module docstring and ``docs/remote.md``."""
 
     kind = "remote"
     options_type = RemoteOptions
     takes_parameters = True
+
+    @classmethod
+    def availability(cls, scheme: str) -> Availability:
+        """Nothing to check before a server is named: it runs wherever one answers."""
+        tls = "TLS; " if scheme.endswith("s") else ""
+        return Availability(True, f"{tls}needs a Triton server: {scheme}://HOST:PORT")
 
     def __init__(
         self,
@@ -177,6 +187,16 @@ class RemoteBackend(BaseBackend):
         """How tensors travel now: ``system`` or ``none`` (``auto`` resolved at open)."""
         exchange = self._exchange
         return "system" if exchange is not None and exchange.pool is not None else "none"
+
+    def describe(self) -> str:
+        """The server, the transport, and where tensors go (and the whole-volume model, in volume mode)."""
+        if not self.urls:
+            return super().describe()
+        scheme, _, host = self.urls[0].partition("://")
+        extra = ", system shared memory" if self.shared_memory == "system" else ", tensors in the request body"
+        if self.remote_options.mode == "volume":
+            extra += f", whole volume to {self.model_name!r}"
+        return f"{scheme} (remote Triton at {host} over {_TRANSPORTS.get(scheme, scheme)}{extra})"
 
     def __repr__(self) -> str:
         return f"RemoteBackend(model={self.model_name!r}, url={self.url!r}, state={self._state.value})"

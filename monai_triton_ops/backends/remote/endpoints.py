@@ -1,9 +1,9 @@
-"""Where the servers are and how to reach them: a backend's endpoints, its transport settings, and ``connect``.
+"""Where the servers are and how to reach them: a backend's endpoints and its transport settings.
 
 A spec's URLs (``grpc://h1:8001``) and the ``servers`` option become :class:`Endpoint` values
 (:func:`spec_endpoints`); every endpoint of a backend is reached with the same :class:`TransportSettings`
 (TLS material and auth headers from ``credentials.py``, compression, keepalive, reconnect backoff),
-built once from the options, and :func:`connect` makes the transport for one endpoint.
+built once from the options; ``connect.py`` makes the transport for one endpoint from them.
 
 A name can stand for several servers (a Kubernetes headless Service answers with the address of every
 ready pod): :func:`addresses_of` resolves an endpoint into the :class:`Address` values the fleet dials.
@@ -22,16 +22,11 @@ import ipaddress
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from ...errors import BackendUnavailableError, ConfigError
+from ...errors import ConfigError
 from .credentials import Credentials, load_credentials
 from .options import RemoteOptions
-
-if TYPE_CHECKING:
-    from .transport import Transport
-    from .workers import Workers
 
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
@@ -152,25 +147,6 @@ def spec_endpoints(urls: Sequence[str], servers: Sequence[str]) -> tuple[Endpoin
             )
         endpoints.append(Endpoint.parse(f"{scheme}://{parts.netloc}"))
     return tuple(dict.fromkeys(endpoints))
-
-
-def connect(endpoint: Endpoint, settings: TransportSettings, workers: Workers, *, balanced: bool = False) -> Transport:
-    """The transport for ``endpoint``: gRPC shares one thread-safe client, HTTP has one per worker thread.
-
-    ``balanced``: a gRPC name with several addresses, spread by the channel's ``round_robin``.
-    """
-    try:
-        if endpoint.protocol == "grpc":
-            from .grpc_transport import GrpcTransport
-
-            return GrpcTransport(endpoint, settings, balanced=balanced)
-        from .http_transport import HttpTransport
-
-        return HttpTransport(endpoint, settings, workers)
-    except ImportError as exc:
-        raise BackendUnavailableError(
-            f"{endpoint.url}: tritonclient is missing ({exc}); pip install 'tritonclient[grpc,http]'"
-        ) from exc
 
 
 def is_loopback(host: str) -> bool:

@@ -19,7 +19,7 @@ from ...errors import ConfigError, InferenceTimeoutError, MonaiTritonError
 from ...repository import layout
 from ...signature import ModelSignature
 from ..base import ArrayLike, InferRequest
-from ..torchscript import TorchScriptBackend
+from ..registry import create_backend
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +37,10 @@ class TorchFallback:
         except MonaiTritonError as exc:
             raise ConfigError(f"model {model!r}: fallback=torch cannot use {str(repository)!r}: {exc}") from exc
         self.model = model
-        options = TorchScriptBackend.options_type(max_in_flight=max_in_flight)
-        self._backend = TorchScriptBackend(model, model_repository=repository, version=version, options=options)
+        # Through the registry, as an app asks for it: the remote backend does not import another backend.
+        self._backend = create_backend(
+            "torch", model, model_repository=repository, version=version, max_in_flight=max_in_flight
+        )
         self._lock = threading.Lock()
         self._said = False
 

@@ -43,7 +43,8 @@ from typing import Any
 from ...errors import ConfigError, MonaiTritonError
 from ...signature import ModelSignature
 from . import readiness
-from .endpoints import Address, Endpoint, Resolver, TransportSettings, addresses_of, connect, is_name, resolve
+from .connect import connect
+from .endpoints import Address, Endpoint, Resolver, TransportSettings, addresses_of, is_name, resolve
 from .options import RemoteOptions
 from .probing import Prober, Server, State
 from .protocol import BINARY_TENSORS, STATISTICS, Served, describe_model

@@ -1,0 +1,61 @@
+"""monai-triton: run App SDK apps on any backend; build, check and serve model repositories.
+
+    monai-triton exec APP -i IN -o OUT -m MODELS [--backend SPEC] [-w DIR] [-t HOST:PORT] [APP OPTIONS]
+    monai-triton repo build MODEL -o REPO --name NAME [--flavor python|libtorch] [--input-shape 1,1,96,96,96 ...]
+                            [--like CONFIG] [--input-name NAME ...] [--output-name NAME ...]
+                            [--whole-volume [--max-volume-mb N]]
+    monai-triton repo wrap REPO --name NAME [--max-volume-mb N] [--network-output NAME] [--force]
+    monai-triton repo check [REPO] [--server URL]
+    monai-triton repo describe MODEL
+    monai-triton config MODEL [--name NAME] [same options as repo build]
+    monai-triton serve REPO [--http-port N] [--grpc-port N] [--metrics-port N] [--server-path P]
+    monai-triton backends
+    monai-triton package APP -m MODELS [-c app.yaml] [-t TAG] [-o CONTEXT] [--base-image IMAGE] [--builder B]
+
+Every command takes ``-l LEVEL`` (``console.py``) and ends in ``exits.py``: a failure is one line on
+stderr and exit code 2 (bad input or usage), 3 (backend or server unavailable) or 1 (a bug), the
+traceback only with ``-l DEBUG``. Imports are lazy, so ``--help`` and ``--version`` load no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from .. import __version__, console, exits
+from ..errors import UsageError
+from . import apps, repo, serve
+from .parser import Parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit code."""
+    try:
+        parser = build_parser()
+        args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else list(argv))
+        if rest and args.command != "exec":  # exec hands the rest to the app, whose parser judges it
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        args.app_args = rest
+    except UsageError as exc:
+        return exits.report(exc)
+    except SystemExit as exc:  # --help, --version
+        return exits.system_exit_code(exc)
+    args.process = argv is None  # a real process may restart itself (stack limit) before running an app
+    level = args.log_level or args.default_level
+    console.configure(level)
+    return exits.run_guarded(lambda: args.handler(args), debug=level == "DEBUG")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    codes = ", ".join(f"{code} {text}" for code, text in exits.MEANINGS.items())
+    parser = Parser(prog="monai-triton", description=(__doc__ or "").split("\n\n")[0], epilog=f"Exit codes: {codes}.")
+    parser.add_argument("--version", action="version", version=f"monai-triton {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    apps.add_exec(commands)
+    repo.add_repo(commands)
+    repo.add_config(commands)
+    serve.add_serve(commands)
+    apps.add_backends(commands)
+    apps.add_package(commands)
+    return parser
