@@ -62,6 +62,8 @@ logger = logging.getLogger(__name__)
 _POLL_INTERVAL_S = 0.1
 _PROBE_TIMEOUT_S = 1.0
 _PORT_ATTEMPTS = 3
+#: Starts of a server whose Python backend aborted it while loading (``readiness.LoadAborted``): one more try.
+_LOAD_ATTEMPTS = 2
 #: Grace after SIGINT when a start failed: the server is of no use, do not wait long for it.
 _FAILED_START_GRACE_S = 5.0
 
@@ -262,7 +264,8 @@ class LocalTritonServer:
         self._log_path = options.log_path or self._workdir / "tritonserver.log"
         deadline = time.monotonic() + options.startup_timeout_s
         started = time.monotonic()
-        for attempt in range(1, _PORT_ATTEMPTS + 1):
+        taken = aborts = 0
+        while True:
             self._ports = self._choose_ports()
             argv = build_argv(
                 served,
@@ -275,16 +278,21 @@ class LocalTritonServer:
             process = self._launch(argv, env, self._log_path)
             try:
                 self._wait_ready(process, self._log_path, deadline)
+                break
             except readiness.PortTaken:
-                if attempt == _PORT_ATTEMPTS:
+                taken += 1
+                if taken == _PORT_ATTEMPTS:
                     raise ServerStartError(
                         f"tritonserver could not bind free ports in {_PORT_ATTEMPTS} attempts",
                         log_tail=logs.read_tail(self._log_path),
                     ) from None
                 logger.info("a picked port was taken before tritonserver bound it; retrying with other ports")
-                self._terminate(grace_s=_FAILED_START_GRACE_S)
-                continue
-            break
+            except readiness.LoadAborted as exc:
+                aborts += 1
+                if aborts == _LOAD_ATTEMPTS or time.monotonic() >= deadline:
+                    raise
+                logger.warning("%s; starting it again", str(exc).splitlines()[0])
+            self._terminate(grace_s=_FAILED_START_GRACE_S)
         logger.info(
             "tritonserver ready in %.1f s (pid %d): %s %s, log %s",
             time.monotonic() - started,

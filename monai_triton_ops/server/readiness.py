@@ -25,6 +25,11 @@ class PortTaken(Exception):
     """A port picked free was taken before tritonserver bound it: the launcher retries with other ports."""
 
 
+class LoadAborted(ServerStartError):
+    """The Python backend aborted the server while it loaded (``logs.server_abort``): a fault of a moment's CPU
+    starvation, not of the models, so the launcher starts it once more before it gives up with this error."""
+
+
 def check_stub(install: TritonInstall, env: Mapping[str, str], options: ServerOptions) -> None:
     """Refuse at once a repository whose Python models could never load: a stub they start cannot start here."""
     problems = repository_stub_problems(options.model_repository, install.stub_path, env)
@@ -59,7 +64,8 @@ def raise_exited(code: int, options: ServerOptions, log_path: Path, install: Tri
         raise PortTaken()
     tail = logs.read_tail(log_path)
     raise_model_failures(logs.model_failures(text), "failed to load", options, log_path, install)
-    raise ServerStartError(logs.exit_reason(code, text), log_tail=tail)
+    kind = LoadAborted if logs.server_abort(text) else ServerStartError
+    raise kind(logs.exit_reason(code, text), log_tail=tail)
 
 
 def models_ready(

@@ -20,7 +20,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from monai_triton_ops.errors import PortInUseError, ServerError, ServerStartError
-from monai_triton_ops.server import LocalTritonServer, ServerState, local
+from monai_triton_ops.server import LocalTritonServer, ServerState, TritonInstall, local
 from monai_triton_ops.server.environment import remove_shm_regions
 
 from .conftest import FAIL_REASON, assert_server_gone, group_members, kill_group, process_exists, write_model
@@ -374,3 +374,29 @@ def test_complete_configs_load_one_stub_per_instance_and_a_self_completing_model
         result = client.infer("completes_itself", [x]).as_numpy("OUTPUT__0")
         np.testing.assert_array_equal(result, [2.0, 4.0, 6.0])
         client.close()
+
+
+def test_a_server_the_python_backend_aborts_while_loading_is_started_once_more(
+    make_server: Callable[..., LocalTritonServer],
+    triton_install: TritonInstall,
+    empty_repo: Path,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The abort comes from a moment's CPU starvation (pitfall B5) and cannot be caused at will: a stand-in prints
+    the real server's last words and aborts on the first start, then runs the real server."""
+    from .test_server_units import LOCK_ABORT_LOG, fake_install
+
+    home = fake_install(tmp_path / "home")
+    first = tmp_path / "aborted_once"
+    (home / "bin" / "tritonserver").write_text(
+        f"#!/bin/sh\nif [ ! -e {first} ]; then\n  touch {first}\n  cat <<'LOG'\n{LOCK_ABORT_LOG}LOG\n"
+        f'  kill -ABRT $$\nfi\nexec {triton_install.server_path} "$@"\n'
+    )
+    server = make_server(empty_repo, server_path=home, startup_timeout_s=60.0)
+    with caplog.at_level("WARNING", logger="monai_triton_ops.server.local"):
+        server.start()
+    assert server.state is ServerState.RUNNING
+    assert http_get(server.http_url + "/v2/health/ready") == 200
+    (warning,) = [r.getMessage() for r in caplog.records if "starting it again" in r.getMessage()]
+    assert "boost::interprocess::lock_exception" in warning

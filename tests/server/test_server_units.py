@@ -259,13 +259,15 @@ def test_a_server_aborted_by_the_python_backend_is_named_with_the_cause_and_the_
     """The abort cannot be caused at will (it needs a stub starved at the wrong moment), so a stand-in server
     prints the real server's last words and aborts itself; the launcher must say what happened, not a bare code."""
     home = fake_install(tmp_path / "home")
-    (home / "bin" / "tritonserver").write_text(f"#!/bin/sh\ncat <<'LOG'\n{LOCK_ABORT_LOG}LOG\nkill -ABRT $$\n")
+    script = f"#!/bin/sh\necho start >> {tmp_path / 'starts'}\ncat <<'LOG'\n{LOCK_ABORT_LOG}LOG\nkill -ABRT $$\n"
+    (home / "bin" / "tritonserver").write_text(script)
     (tmp_path / "repo").mkdir()
     server = LocalTritonServer(tmp_path / "repo", server_path=home, startup_timeout_s=30.0)
     with pytest.raises(ServerError) as info:
         server.start()
     message = str(info.value).splitlines()[0]
     assert message.startswith("tritonserver was killed by SIGABRT before it was ready: the Python backend aborted")
+    assert (tmp_path / "starts").read_text() == "start\nstart\n", "started once more, then gave up"
     assert "boost::interprocess::lock_exception" in message
     assert "--model-load-thread-count" in message
     assert server.state.name == "STOPPED"
