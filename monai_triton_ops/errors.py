@@ -9,6 +9,7 @@ a package is missing or broken), and each error also subclasses the matching bui
     │   ├── BackendSpecError                     unknown or malformed backend spec string
     │   ├── InputValidationError                 a tensor does not match the model signature
     │   ├── ConfigError                          invalid option, config.pbtxt or metadata
+    │   │   └── BundleError                      a MONAI Bundle that cannot be read or run: names file and item
     │   └── InputDataError                       an image, file or folder the app cannot use
     ├── BackendStateError (RuntimeError)         used before open() or after close()
     ├── BackendUnavailableError (ImportError)    backend not built yet, or its package missing
@@ -47,6 +48,21 @@ class InputValidationError(UsageError):
 
 class ConfigError(UsageError):
     """An option, ``config.pbtxt`` or model metadata is invalid or contradicts the model."""
+
+
+class BundleError(ConfigError):
+    """A MONAI Bundle cannot be read or run; the message names the bundle's file and its config item.
+
+    ``file`` is the bundle file at fault (``configs/inference.json``, ``models/model.pt``, or a config
+    embedded in a TorchScript file as ``model.ts:extra/inference.json``), ``item`` the config item
+    (``preprocessing``, ``network_def``...) or ``""`` when the whole file is at fault.
+    """
+
+    def __init__(self, message: str, *, file: str = "", item: str = "") -> None:
+        where = ", ".join(part for part in (file and f"file {file}", item and f"item {item!r}") if part)
+        super().__init__(f"bundle {where}: {message}" if where else f"bundle: {message}")
+        self.file = file
+        self.item = item
 
 
 class InputDataError(UsageError):

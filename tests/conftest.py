@@ -186,6 +186,9 @@ LONGEST_FIRST = (
     "tests/backends/remote/test_fleet.py",
     "bindings",
     "tests/backends/test_inprocess.py",
+    # the bundle app's runs and the sample MRI as a bundle (~40 s alone); the bundle operator's servers (~25 s)
+    "tests/apps/test_bundle_seg.py",
+    "tests/operators/test_bundle.py",
 )
 
 

@@ -305,6 +305,55 @@ def not_writable(tmp_path: Path) -> BaseException:
     return exc
 
 
+def volume_bundle(folder: Path) -> object:
+    """A bundle operator over a remote backend in volume mode: refused when it starts, before anything connects."""
+    from monai.deploy.core import IOType
+    from monai.deploy.operators.monai_bundle_inference_operator import IOMapping
+
+    from monai_triton_ops import InferenceOperator
+
+    from .bundles.makers import unet_bundle
+
+    return InferenceOperator(
+        Application(),
+        bundle_path=unet_bundle(folder),
+        backend="grpc://127.0.0.1:9?mode=volume",  # nothing listens on 9: the refusal comes first
+        input_mapping=[IOMapping("image", Image, IOType.IN_MEMORY)],
+        output_mapping=[IOMapping("pred", Image, IOType.IN_MEMORY)],
+    )
+
+
+def bundle_rows(tmp_path: Path) -> dict[str, Callable[[], BaseException]]:
+    """The broken bundles of ``tests/bundles/broken.py``, read as every backend and ``repo build`` read them."""
+    from monai_triton_ops.bundles import read_bundle
+
+    from .bundles.broken import BROKEN
+
+    def read(kind: str) -> Callable[[], BaseException]:
+        return lambda: raised(lambda: read_bundle(*BROKEN[kind](tmp_path / "bundles" / kind)))
+
+    return {
+        "bundle file .../configs/metadata.json: is missing: a bundle needs its metadata ...": read("no_metadata"),
+        "bundle file .../configs/inference.json: is not valid JSON: ... at line ... column ...": read("json_syntax"),
+        "bundle file .../configs: has no config '...' (..., .yaml or .yml; configs present: [...]); check "
+        "bundle_config_names (--config-name)": read("config_name_missing"),
+        "bundle file .../configs/inference.json, item 'preprocessing': ...": read("unknown_transform"),
+        "bundle file .../configs/inference.json, item 'network_def': has no 'network_def' item, which model.pt ...": (
+            read("missing_network_def")
+        ),
+        "bundle file .../models/model.pt, item 'network_def': weights do not fit the network of ...": read(
+            "weights_do_not_fit"
+        ),
+        "bundle file .../configs/metadata.json, item 'network_data_format#inputs': the network takes 2 inputs [...]; "
+        "...": read("two_inputs"),
+        "bundle file .../configs/inference.json, item 'inferer': SaliencyInferer (an Inferer) may need the network as "
+        "a torch module, ...": read("module_inferer"),
+        "bundle file .../configs/inference.json, item 'inferer': mode=volume is not supported for a bundle: ...": (
+            lambda: raised(lambda: volume_bundle(tmp_path / "bundles" / "volume").start())
+        ),
+    }
+
+
 def triggers(tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Callable[[], BaseException]]:
     empty, no_dicom, ct = tmp_path / "empty", tmp_path / "no_dicom", tmp_path / "ct"
     for folder in (empty, no_dicom, ct):
@@ -466,6 +515,7 @@ def triggers(tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch) -> dic
         "model 'seg' has 2 inputs [...]; a sliding window feeds one, so it cannot be wrapped as a whole-volume model": (
             lambda: two_inputs_wrapped(tmp_path)
         ),
+        **bundle_rows(tmp_path),
         "internal error: ValueError: ... (a bug: rerun with -l DEBUG and report the traceback)": lambda: ValueError(
             "an unexpected failure"
         ),

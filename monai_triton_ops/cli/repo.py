@@ -15,7 +15,7 @@ from .parser import add_log_level
 def add_repo(commands: argparse._SubParsersAction[Any]) -> None:
     repo = commands.add_parser("repo", help="model repository tools: build, check, describe")
     actions = repo.add_subparsers(dest="action", required=True, metavar="ACTION")
-    p = actions.add_parser("build", help="write a TorchScript model into a Triton model repository")
+    p = actions.add_parser("build", help="write a TorchScript model or a MONAI bundle into a Triton model repository")
     p.add_argument("-o", "--output", required=True, type=Path, help="model repository folder (created if missing)")
     p.add_argument("--name", help="model name: the folder name inside the repository (default: --like's name)")
     p.add_argument("--version", type=int, default=1, help="version folder (default: %(default)s)")
@@ -26,6 +26,7 @@ def add_repo(commands: argparse._SubParsersAction[Any]) -> None:
     )  # fmt: skip
     _add_volume_limit(p)
     _add_model_options(p)
+    _add_config_name(p)
     p.set_defaults(handler=_run_repo_build)
     p = actions.add_parser(
         "wrap", help="add NAME_volume next to model NAME: whole volumes in, MONAI's sliding window on the server"
@@ -54,14 +55,23 @@ def add_repo(commands: argparse._SubParsersAction[Any]) -> None:
     )  # fmt: skip
     # server.health.CONTROL_TIMEOUT_S, written out so that --help imports no server module (tests/test_cli.py)
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per server call (default: %(default)s)")
+    _add_config_name(p)
     add_log_level(p)
     p.set_defaults(handler=_run_repo_check)
     p = actions.add_parser("describe", help="print a model's signature: named inputs and outputs, dtypes, shapes")
     p.add_argument("model", type=Path, help="a model file (.pt/.ts/.pt2), or a model folder <repo>/<name>")
     p.add_argument("--input-shape", action="append", type=_shape, metavar="D,D,...", help="probe shape, batch first")
     p.add_argument("--bundle-metadata", type=Path, help="MONAI bundle folder or its configs/metadata.json")
+    _add_config_name(p)
     add_log_level(p)
     p.set_defaults(handler=_run_repo_describe)
+
+
+def _add_config_name(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--config-name", action="append", metavar="NAME",
+        help="for a MONAI bundle: a config of configs/ to read, merged in order (default: inference)",
+    )  # fmt: skip
 
 
 def _add_volume_limit(p: argparse.ArgumentParser) -> None:
@@ -179,14 +189,22 @@ def _model_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run_repo_build(args: argparse.Namespace) -> int:
+    from ..bundles import DEFAULT_CONFIG_NAMES
     from ..repository.builder import build_repository, generate_config
+    from ..repository.bundle import build_bundle, bundle_target
     from ..repository.volume import plan_volume, wrap_network
 
     options = _model_options(args)
-    if args.whole_volume:  # a network that cannot be wrapped is refused before anything is written
-        signature, _, _ = generate_config(args.model, args.name, **options)
-        plan_volume(signature, max_volume_mb=args.max_volume_mb)
-    folder = build_repository(args.model, args.output, args.name, version=args.version, force=args.force, **options)
+    if bundle_target(args.model):  # a MONAI bundle: its network, names from its metadata, its configs beside
+        options.pop("bundle_metadata")
+        folder = build_bundle(args.model, args.output, args.name, version=args.version, force=args.force,
+                              config_names=args.config_name or DEFAULT_CONFIG_NAMES, **options)  # fmt: skip
+    else:
+        if args.whole_volume:  # a network that cannot be wrapped is refused before anything is written
+            signature, _, _ = generate_config(args.model, args.name, **options)
+            plan_volume(signature, max_volume_mb=args.max_volume_mb)
+        folder = build_repository(args.model, args.output, args.name, version=args.version, force=args.force,
+                                  **options)  # fmt: skip
     print(f"wrote {folder}")
     if args.whole_volume:
         print(f"wrote {wrap_network(args.output, folder.name, max_volume_mb=args.max_volume_mb, force=args.force)}")
@@ -215,7 +233,13 @@ def _run_repo_check(args: argparse.Namespace) -> int:
 
     if args.repository is None and args.server is None:
         raise UsageError("monai-triton repo check: give a model repository, --server URL, or both")
-    reports: list[EntryReport] = check_repository(args.repository) if args.repository is not None else []
+    from ..repository.bundle import bundle_target, check_bundle
+
+    reports: list[EntryReport] = []
+    if args.repository is not None and bundle_target(args.repository):
+        reports = [check_bundle(args.repository, args.config_name or ("inference",))]
+    elif args.repository is not None:
+        reports = check_repository(args.repository)
     if args.server is not None:
         from ..repository.served import ServerView, against_server, render_served
 
@@ -240,8 +264,12 @@ def _run_repo_check(args: argparse.Namespace) -> int:
 
 
 def _run_repo_describe(args: argparse.Namespace) -> int:
+    from ..repository.bundle import bundle_target, describe_bundle
     from ..repository.check import describe_path, render_description
 
+    if bundle_target(args.model):
+        sys.stdout.write(render_description(describe_bundle(args.model, args.config_name or ("inference",))))
+        return exits.OK
     sys.stdout.write(render_description(describe_path(args.model, args.input_shape, args.bundle_metadata)))
     return exits.OK
 

@@ -48,6 +48,7 @@ from ..app_args import (
 from ..app_settings import backend_keywords, describe, load_settings, model_name_for
 from ..backends.base import BaseBackend
 from ..backends.registry import create_backend
+from ..bundles import Bundle
 from ..errors import BackendStateError, ConfigError, InputDataError
 from ..pipeline.checks import check_finite, image_context
 from ..pipeline.dictionary import INPUT_KEY, PRED_KEY, has_loader, is_dictionary_transform, run_dictionary_inference
@@ -55,6 +56,7 @@ from ..pipeline.image import from_channel_first, to_channel_first
 from ..pipeline.run import Transform, run_inference
 from ..pipeline.settings import InferenceSettings
 from ..preflight import check_model_entry
+from .bundle import BundleRun, bundle_keywords
 from .report import log_run
 
 logger = logging.getLogger(__name__)
@@ -90,7 +92,7 @@ class InferenceOperator(SdkInferenceOperator):
         self,
         fragment: Fragment,
         *args: Any,
-        model_name: str,
+        model_name: str = "",
         app_context: AppContext | None = None,
         backend: str | BackendFactory | None = None,
         backend_options: Mapping[str, Any] | None = None,
@@ -112,7 +114,12 @@ class InferenceOperator(SdkInferenceOperator):
         ``start()`` (``InferenceSettings.from_metadata``) with ``settings_overrides`` and the App SDK's
         ``roi_size``/``overlap``/``sw_batch_size``/``inferer``/``mode`` keywords applied.
         ``label_names`` name the labels in ``--preview`` (default: ``label N``).
+
+        With the App SDK ``MonaiBundleInferenceOperator``'s keywords (``input_mapping``, ``output_mapping``,
+        ``bundle_path``, ``bundle_config_names``) it runs a MONAI Bundle instead (``operators/bundle.py``):
+        ports, pre/post-processing and inferer come from the bundle; ``model_name`` may then be left out.
         """
+        bundle = bundle_keywords(kwargs)
         overrides = dict(settings_overrides or {})
         overrides.update(_sdk_settings(kwargs))
         if settings is not None and overrides:
@@ -131,7 +138,19 @@ class InferenceOperator(SdkInferenceOperator):
             self.backend_options = backend_keywords(self.backend_spec, spec_source, deployed, backend_options or {})
         self._deployed_options = describe(deployed)
         repository = app_context.model_path if app_context is not None and app_context.model_path else model_path
-        if repository:
+        self._bundle: BundleRun | None = None
+        if bundle:  # the bundle says where its network is; the app's -m may be the bundle itself
+            self._bundle = BundleRun(
+                bundle,
+                model_name=self.model_name,
+                app_context=app_context,
+                backend_spec=self.backend_spec,
+                backend_options=self.backend_options,
+            )
+            self.model_name = self._bundle.model_name
+        elif not self.model_name:
+            raise ConfigError("InferenceOperator needs model_name= (the model's folder name in the repository)")
+        elif repository:
             self.backend_options.setdefault("model_repository", _repository_of(repository, self.model_name))
         self._given_settings = settings
         self.settings_overrides = overrides
@@ -143,7 +162,7 @@ class InferenceOperator(SdkInferenceOperator):
         self.preview = str(args_of.get(PREVIEW_ARG, "false")).lower() == "true"
         self.preview_folder = Path(app_context.output_path) if app_context is not None else None
         self.allow_non_finite = allow_non_finite_from(app_context)
-        if self.backend_spec is not None:  # before the graph runs
+        if self.backend_spec is not None and self._bundle is None:  # before the graph runs
             options = self.backend_options
             check_model_entry(
                 self.backend_spec, options.get("model_repository"), self.model_name, options.get("version")
@@ -155,14 +174,18 @@ class InferenceOperator(SdkInferenceOperator):
         super().__init__(fragment, *args, **kwargs)  # Holoscan calls setup() from here
 
     def setup(self, spec: OperatorSpec) -> None:
-        spec.input(self.INPUT_PORT)
-        spec.output(self.OUTPUT_PORT)
+        for port in self._bundle.input_ports if self._bundle else (self.INPUT_PORT,):
+            spec.input(port)
+        for port in self._bundle.output_ports if self._bundle else (self.OUTPUT_PORT,):
+            spec.output(port)
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
         """Create and open the backend: the model loads (or the server connects) once, here."""
         if self._factory is not None:
             backend = self._factory()
+        elif self._bundle is not None:
+            backend = self._bundle.create_backend()
         else:
             logger.info(
                 "model %r: backend %r, options %s (deploy-time: %s)",
@@ -175,6 +198,9 @@ class InferenceOperator(SdkInferenceOperator):
         self._interrupt_key = interrupts.register(self._close_now)  # before open: a load can be interrupted too
         self._backend = backend
         backend.open()
+        if self._bundle is not None:  # the bundle's own inferer: no settings to read
+            self._bundle.open(backend)
+            return
         self._settings = self._given_settings or InferenceSettings.from_metadata(
             backend.signature.metadata, **self.settings_overrides
         )
@@ -183,6 +209,8 @@ class InferenceOperator(SdkInferenceOperator):
     def stop(self) -> None:
         """Release the backend; safe when ``start()`` never ran or failed."""
         backend, self._backend = self._backend, None
+        if self._bundle is not None:
+            self._bundle.close()
         if self._interrupt_key is not None:
             interrupts.unregister(self._interrupt_key)
             self._interrupt_key = None
@@ -205,6 +233,11 @@ class InferenceOperator(SdkInferenceOperator):
         return self._settings
 
     @property
+    def bundle(self) -> Bundle | None:
+        """The MONAI Bundle this operator runs (read when it was made), or ``None`` outside bundle mode."""
+        return self._bundle.bundle if self._bundle is not None else None
+
+    @property
     def backend(self) -> BaseBackend:
         if self._backend is None:
             raise BackendStateError(f"operator for model {self.model_name!r}: the backend opens in start()")
@@ -217,6 +250,10 @@ class InferenceOperator(SdkInferenceOperator):
 
     # -- data flow -------------------------------------------------------------------------
     def compute(self, op_input: Any, op_output: Any, context: Any) -> None:
+        if self._bundle is not None:
+            with self._lock:
+                self._bundle.emit(self._bundle.infer(self._bundle.receive(op_input)), op_output)
+            return
         image = op_input.receive(self.INPUT_PORT)
         if image is None:
             raise InputDataError(f"operator for model {self.model_name!r} received no image")

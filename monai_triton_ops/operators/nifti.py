@@ -85,7 +85,7 @@ def _swap_spatial(data: np.ndarray) -> np.ndarray:
 def write_nifti(image: Image, path: Path, *, dtype: np.dtype[Any] | type = np.uint8) -> Path:
     """Write ``image`` (``(D, H, W[, C])`` order) with its affine; atomic, so no half-written file is left."""
     data = _swap_spatial(np.asarray(image.asnumpy())).astype(dtype)
-    affine = affine_of(image.metadata() or {})
+    affine = _affine_for(data.shape[:3], image.metadata() or {})
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix="".join(path.suffixes))
     os.close(fd)
@@ -139,3 +139,19 @@ class NiftiImageWriter(SdkOperator):  # type: ignore[misc]
 
     def compute(self, op_input: Any, op_output: Any, context: Any) -> None:
         write_nifti(op_input.receive("seg_image"), self.output_path)
+
+
+def _affine_for(shape: tuple[int, ...], metadata: dict[str, Any]) -> np.ndarray | None:
+    """The affine of the grid ``shape`` is on.
+
+    A bundle's output ``Image`` carries the pre-processed input's metadata (as the App SDK's bundle operator
+    gives it): ``affine`` is the resampled grid's, while ``Invertd`` has put the labels back on the input's grid,
+    whose affine is ``original_affine`` and whose shape is ``spatial_shape``. Labels of the input's shape get
+    that one; anything else the ``affine`` (``nifti_affine_transform``) as before.
+    """
+    original, spatial = metadata.get("original_affine"), metadata.get("spatial_shape")
+    if original is not None and spatial is not None and tuple(int(s) for s in np.asarray(spatial)) == tuple(shape):
+        fixed = np.asarray(original, dtype=np.float64)
+        if fixed.shape == (4, 4):
+            return fixed
+    return affine_of(metadata)

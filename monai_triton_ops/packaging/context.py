@@ -203,6 +203,8 @@ def _model_entries(models: Path | None) -> dict[str, Path]:
         return {models.stem: models}
     if not models.is_dir():
         raise ConfigError(f"model path {str(models)!r} does not exist (-m: a model repository folder or a model file)")
+    if (models / "configs").is_dir() and not (models / "config.pbtxt").is_file():  # a MONAI bundle folder: one model
+        return {models.name: models}
     entries = {
         p.name: p
         for p in sorted(models.iterdir())

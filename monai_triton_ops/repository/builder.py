@@ -14,7 +14,7 @@ import os
 import secrets
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -77,13 +77,16 @@ def build_repository(
     *,
     version: int = 1,
     force: bool = False,
+    extra_files: Mapping[str, bytes] | None = None,
     **keywords: Unpack[EntryKeywords],
 ) -> Path:
     """Write model ``name`` into ``repository`` from the TorchScript file ``model_path``; returns its folder.
 
-    Keywords as for ``generate_config``. An existing ``<repository>/<name>`` is replaced (all its
-    versions) only with ``force=True``. Folders and files are created with the process umask (as
-    ``mkdir`` and ``cp`` would), so a server running as another user can read them.
+    Keywords as for ``generate_config``. ``extra_files`` (path relative to the model folder -> content) are
+    written beside the version folders in the same all-or-nothing step (a bundle's ``configs/``). An existing
+    ``<repository>/<name>`` is replaced (all its versions) only with ``force=True``. Folders and files are
+    created with the process umask (as ``mkdir`` and ``cp`` would), so a server running as another user can
+    read them.
     """
     plan = plan_entry(model_path, name, keywords)
     name, options = plan.source.name, plan.options
@@ -97,6 +100,10 @@ def build_repository(
 
     def write(staging: Path) -> None:
         _write_entry(staging, Path(model_path), text, version, options)
+        for relative, content in (extra_files or {}).items():
+            extra = staging / relative
+            extra.parent.mkdir(parents=True, exist_ok=True)
+            extra.write_bytes(content)
         check_config_text((staging / layout.CONFIG_FILENAME).read_text(encoding="utf-8"), signature, options)
 
     target = install_entry(repo, name, write, force=force)

@@ -27,6 +27,8 @@ from monai_triton_ops.packaging.wheel import project_wheel
 from .conftest import APP, BASE, MODELS
 from .spec import ENVIRONMENT, app_yaml, check_app_manifest, check_package_manifest
 
+ROOT_APP = APP.parent / "bundle_seg"
+
 
 def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
@@ -163,6 +165,19 @@ def test_a_single_file_app_and_a_model_file(wheel: Path, tmp_path: Path) -> None
     assert read_json(context.path / "map/pkg.json")["models"] == [{"name": "spleen", "path": "spleen"}]
     assert (context.path / "models/spleen/spleen.ts").is_file()
     assert context.tag == "localhost/run-me:0.1.0"
+
+
+def test_a_bundle_folder_is_one_model(wheel: Path, tmp_path: Path) -> None:
+    """``-m BUNDLE``: the bundle lands whole in the MAP's models folder, as App SDK MAPs hold it."""
+    from ..bundles.makers import unet_bundle
+
+    bundle = unet_bundle(tmp_path / "spleen_ct")
+    context = write_context(
+        PackageRequest(app=ROOT_APP, models=bundle, output=tmp_path / "out", wheel=wheel), base_image=BASE
+    )
+    assert read_json(context.path / "map/pkg.json")["models"] == [{"name": "spleen_ct", "path": "spleen_ct"}]
+    assert (context.path / "models/spleen_ct/configs/inference.json").is_file()
+    assert (context.path / "models/spleen_ct/models/model.ts").is_file()
 
 
 def test_default_tags_are_valid_image_names(tmp_path: Path) -> None:

@@ -1,0 +1,101 @@
+"""One bundle inference, step by step as the App SDK's ``MonaiBundleInferenceOperator.compute`` does it.
+
+1. each input becomes a ``MetaTensor`` (``images.py``);
+2. pre-processing runs on ``{name: tensor}`` (dictionary transforms) or on each tensor (array transforms);
+3. the first input, batched, goes to the bundle's inferer with ``network`` (any backend, as a ``MetaNetwork``);
+4. post-processing gets ``{output_name: prediction}`` together with the pre-processed inputs, which is what
+   ``Invertd`` inverts;
+5. each output is handed back with the pre-processed input's metadata (its ``meta``).
+
+Pure: no Holoscan, no backend; the operator and the tests call ``run_bundle`` with any network.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from monai.utils import ensure_tuple, first
+
+from ..errors import BundleError, MonaiTritonError
+from .network import MetaNetwork
+from .reader import Bundle
+from .transforms import is_map_compose
+
+Network = Callable[[torch.Tensor], Any]
+
+
+def run_bundle(
+    bundle: Bundle, inputs: Mapping[str, torch.Tensor], network: Network
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Pre-processing, the bundle's inferer over ``network``, post-processing.
+
+    Returns ``({output_name: value}, metadata)`` where ``metadata`` is the pre-processed first input's
+    (what the App SDK gives the output ``Image``).
+    """
+    first_name = bundle.input_names[0]
+    with torch.no_grad():
+        data = _stage(bundle, "preprocessing", lambda: _pre(bundle, dict(inputs)))
+        kept = data[first_name]
+        batch = data.pop(first_name)[None]
+        outputs = _stage(bundle, "inferer", lambda: bundle.inferer(inputs=batch, network=_as_meta(network)))
+        data[first_name] = kept
+        result = _stage(bundle, "postprocessing", lambda: _post(bundle, ensure_tuple(outputs)[0], data))
+    named = _named(bundle, result)
+    meta = dict(getattr(kept, "meta", {}) or {})
+    return named, meta
+
+
+def _as_meta(network: Network) -> Network:
+    return network if isinstance(network, MetaNetwork) else MetaNetwork(network)
+
+
+def _pre(bundle: Bundle, data: dict[str, Any]) -> dict[str, Any]:
+    if is_map_compose(bundle.pre):
+        result = bundle.pre(data)
+        if not isinstance(result, Mapping):
+            raise BundleError(
+                f"returned a {type(result).__name__}, not the dictionary", item=bundle.items.preprocessing
+            )
+        return dict(result)
+    return {key: bundle.pre(value) for key, value in data.items()}
+
+
+def _post(bundle: Bundle, prediction: Any, inputs: dict[str, Any]) -> Any:
+    if not is_map_compose(bundle.post):
+        return bundle.post(prediction)
+    item = {first(bundle.output_names): prediction} if not isinstance(prediction, dict) else dict(prediction)
+    item.update(inputs)
+    return bundle.post(item)
+
+
+def _named(bundle: Bundle, result: Any) -> dict[str, Any]:
+    if isinstance(result, list | tuple):
+        return dict(zip(bundle.output_names, result, strict=False))
+    if isinstance(result, dict):
+        missing = [name for name in bundle.output_names if name not in result]
+        if missing:
+            raise BundleError(
+                f"the post-processing's result has no key(s) {missing} (keys: {sorted(map(str, result))}); the "
+                "outputs of network_data_format must be keys of it",
+                file=bundle.config.file_of(bundle.items.postprocessing),
+                item=bundle.items.postprocessing,
+            )
+        return {name: result[name] for name in bundle.output_names}
+    return {bundle.output_names[0]: result}
+
+
+def _stage(bundle: Bundle, stage: str, step: Callable[[], Any]) -> Any:
+    """Run a transform chain or the inferer; a failure names the bundle's item and file (a backend's is its own)."""
+    item = {"preprocessing": bundle.items.preprocessing, "inferer": bundle.items.inferer}.get(
+        stage, bundle.items.postprocessing
+    )
+    try:
+        return step()
+    except MonaiTritonError:
+        raise
+    except (RuntimeError, KeyError, ValueError, TypeError) as exc:
+        raise BundleError(
+            f"failed on this image: {' '.join(str(exc).split())[:300]}", file=bundle.config.file_of(item), item=item
+        ) from exc
