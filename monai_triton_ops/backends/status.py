@@ -6,7 +6,7 @@ class of ``errors.py`` on each. Every foreign code is first read into one :class
 message text, with the one exception below), and :func:`to_public` makes the error the caller sees. The
 table lives here, beside the backends that use it, and imports neither the binding nor ``tritonclient``:
 callers pass the code as they got it (a Triton code's name, a gRPC status name, an HTTP status number).
-``remote/translate.py`` re-exports it for the remote transports.
+Each remote transport reads its wire's codes through it in one context manager (``remote/transports/``).
 
     Status            Triton code          gRPC status                    HTTP          -> raised as
     UNAVAILABLE       UNAVAILABLE          UNAVAILABLE                    429 502 503   -> ServerUnavailableError

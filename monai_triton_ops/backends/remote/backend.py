@@ -15,8 +15,7 @@ A request, from the base's ``submit()`` to the wire (``docs/remote.md`` draws it
     _run(ticket)       on a worker thread:  the attempt loop below, bounded by the request's deadline
                        (or on the caller's: _infer_here)
       fleet.pick(tried)                     the server for this attempt (fleet.py)
-      exchange.send(transport, request)     one attempt: slot or body, one blocking call, outputs (exchange.py)
-        transport.infer(...)                tritonclient, a deadline on the call (grpc_/http_transport.py)
+      exchange.send(transport, request)     one attempt: slot or body, one blocking call (transports/), outputs
 
 One pool, one future per request (the pool's), attempts as a plain loop on the worker: a failure of
 the server (``fleet.FAILOVER``: unavailable, connection lost, its model process gone) goes at once to
@@ -52,8 +51,9 @@ from ...errors import (
 from ...signature import ModelSignature
 from ..base import ArrayLike, Availability, BaseBackend, InferRequest
 from ..options import BackendOptions
+from ..status import CallError, Status, to_public
 from . import shm
-from .endpoints import TransportSettings, spec_endpoints
+from .endpoints import spec_endpoints
 from .exchange import Exchange, Outputs
 from .fallback import TorchFallback
 from .fleet import FAILOVER, Fleet
@@ -62,8 +62,8 @@ from .pool import RegionPool
 from .probing import Server
 from .protocol import SYSTEM_SHARED_MEMORY, Served, server_info
 from .retry import Backoff
-from .tls import check_tls_options
-from .translate import CallError, Status, to_public
+from .transports.base import TransportSettings
+from .transports.tls import check_tls_options
 from .volume import missing_volume_model, open_volume_model, served_name, volume_parameters
 from .workers import Workers
 

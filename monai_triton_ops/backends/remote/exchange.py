@@ -23,15 +23,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from ...errors import InferenceError
 from ...signature import ModelSignature, dtype_to_numpy
 from ..leases import BufferPool
 from ..requests import Parameter
+from ..status import CallError, Status
 from .pool import PoolExhausted, RegionPool, Slot, aligned
-from .translate import CallError, Status
-from .transport import ShmRef, Transport, WireInput, WireOutput, WireResult
+from .transports.base import ShmRef, Transport, WireInput, WireOutput, WireResult
+from .transports.codec import to_numpy
 
 if TYPE_CHECKING:
     from ..base import InferRequest
@@ -332,17 +332,3 @@ def _body_array(model: str, name: str, shape: tuple[int, ...], result: WireResul
     if tuple(array.shape) != shape:
         raise InferenceError(f"model {model!r} output {name!r}: shape {list(array.shape)}, declared {list(shape)}")
     return array
-
-
-def to_numpy(value: Any) -> np.ndarray:
-    """A C-contiguous numpy array of a caller's input (torch on any device, numpy, or a MetaTensor)."""
-    if isinstance(value, torch.Tensor):
-        tensor = value.detach()
-        if type(tensor) is not torch.Tensor:
-            tensor = tensor.as_subclass(torch.Tensor)
-        if tensor.device.type != "cpu":
-            tensor = tensor.cpu()
-        if tensor.dtype == torch.bfloat16:
-            tensor = tensor.view(torch.uint16)
-        return np.ascontiguousarray(tensor.numpy())
-    return np.ascontiguousarray(value)

@@ -42,15 +42,15 @@ from typing import Any
 
 from ...errors import ConfigError, MonaiTritonError
 from ...signature import ModelSignature
+from ..status import CallError, Status, to_public
 from . import readiness
-from .connect import connect
-from .endpoints import Address, Endpoint, Resolver, TransportSettings, addresses_of, is_name, resolve
+from .endpoints import Address, Endpoint, Resolver, addresses_of, is_name, resolve
 from .options import RemoteOptions
 from .probing import Prober, Server, State
 from .protocol import BINARY_TENSORS, STATISTICS, Served, describe_model
 from .server_model import differences
-from .translate import CallError, Status, to_public
-from .transport import Transport
+from .transports import connect
+from .transports.base import Transport, TransportSettings
 from .workers import Workers
 
 logger = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from typing import Literal
 
 from ...errors import ConfigError
 from ..options import BackendOptions
-from .credentials import check_credential_options
+from .transports.credentials import check_credential_options
 
 SharedMemory = Literal["auto", "system", "cuda", "none"]
 Compression = Literal["none", "gzip", "deflate"]

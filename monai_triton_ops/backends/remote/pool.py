@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
+from ..status import CallError, Status
 from .janitor import janitor
 from .shm import SystemRegion
-from .translate import CallError, Status
-from .transport import Transport
+from .transports.base import Transport
 
 logger = logging.getLogger(__name__)
 

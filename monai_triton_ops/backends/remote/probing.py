@@ -17,10 +17,10 @@ import time
 from collections.abc import Callable
 
 from ..deadlines import call_at
+from ..status import CallError
 from .endpoints import Address
 from .protocol import UNKNOWN_SERVER, ServerInfo
-from .translate import CallError
-from .transport import Transport
+from .transports.base import Transport
 from .workers import Workers
 
 _JOIN_TIMEOUT_S = 5.0

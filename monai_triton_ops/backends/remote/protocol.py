@@ -32,9 +32,9 @@ from ...errors import ConfigError
 from ...repository import layout
 from ...repository.config import read_config, signature_from_config
 from ...signature import ModelSignature, TensorSpec
+from ..status import CallError, Status, to_public
 from .server_model import check_local_config, read_signature
-from .translate import CallError, Status, to_public
-from .transport import Transport
+from .transports.base import Transport
 
 logger = logging.getLogger(__name__)
 

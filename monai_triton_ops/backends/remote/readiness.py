@@ -40,11 +40,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import ModelLoadError, ModelNotFoundError, ServerUnavailableError
-from .credentials import Credentials
+from ..status import CallError, Status, to_public
 from .endpoints import Address, Endpoint
-from .tls import check_handshake
-from .translate import CallError, Status, to_public
-from .transport import Transport
+from .transports.base import Transport
+from .transports.credentials import Credentials
+from .transports.tls import check_handshake
 
 logger = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from ...errors import ConfigError
 from ...repository import layout
 from ...repository.config import read_config, signature_from_config
 from ...signature import ModelSignature
-from .translate import CallError, to_public
-from .transport import Transport
+from ..status import CallError, to_public
+from .transports.base import Transport
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from .translate import CallError, Status
+from ..status import CallError, Status
 
 logger = logging.getLogger(__name__)
 
