@@ -18,8 +18,8 @@ readiness.py       is the model ready on a server, and why not (refused, loading
 fallback.py        fallback=torch: the model in this process when no server can take a request
 protocol.py        what a server speaks (Triton's extensions or the bare Open Inference Protocol), and so
                    where the signature comes from: the model config, or the model metadata
-shm.py, pool.py    system shared memory regions: naming, cleanup at close/exit/SIGTERM/fork; slots and leases
-janitor.py         a watcher process that cleans up the regions of a client that died
+shm/               system shared memory: regions (naming, cleanup at close/exit/SIGTERM/fork), the pool of
+                   slots and leases and the choice at open, the janitor process for a client that died
 server_model.py    the signature from a Triton server's model config, compared with a local config.pbtxt
 retry.py           bounded exponential backoff inside the deadline
 options.py         RemoteOptions

@@ -43,7 +43,6 @@ from typing import Any
 
 from ...errors import (
     BackendStateError,
-    BackendUnavailableError,
     ConfigError,
     ModelNotFoundError,
     ServerUnavailableError,
@@ -52,16 +51,16 @@ from ...signature import ModelSignature
 from ..base import ArrayLike, Availability, BaseBackend, InferRequest
 from ..options import BackendOptions
 from ..status import CallError, Status, to_public
-from . import shm
 from .endpoints import spec_endpoints
 from .exchange import Exchange, Outputs
 from .fallback import TorchFallback
 from .fleet import FAILOVER, Fleet
 from .options import RemoteOptions
-from .pool import RegionPool
 from .probing import Server
-from .protocol import SYSTEM_SHARED_MEMORY, Served, server_info
+from .protocol import UNKNOWN_SERVER, Served, server_info
 from .retry import Backoff
+from .shm.pool import open_pool
+from .shm.region import live_regions
 from .transports.base import TransportSettings
 from .transports.tls import check_tls_options
 from .volume import missing_volume_model, open_volume_model, served_name, volume_parameters
@@ -225,9 +224,16 @@ class RemoteBackend(BaseBackend):
             )
             signature = self._open_fleet(fleet, options)
             only = fleet.only_server()
-            if only is None:
-                self._refuse_system_shm(fleet, options)
-            pool = self._make_pool(only, options) if only is not None else None
+            pool = open_pool(
+                only.transport if only is not None else None,
+                only.info if only is not None else UNKNOWN_SERVER,
+                mode=options.shared_memory,
+                loopback=self.endpoints[0].is_loopback,
+                max_in_flight=options.max_in_flight,
+                model=self.model_name,
+                url=self.url,
+                fleet=fleet.label,
+            )
             if pool is not None:
                 fleet.pin()
         except BaseException:
@@ -277,56 +283,6 @@ class RemoteBackend(BaseBackend):
             repository=self.model_repository,
         )
         return Served(signature, server_info(server.transport, model=self.model_name, timeout_s=_CONTROL_TIMEOUT_S))
-
-    def _refuse_system_shm(self, fleet: Fleet, options: RemoteOptions) -> None:
-        """Several servers (or a name that may resolve to several): tensors travel in the request body."""
-        self._refuse_cuda(options)
-        if options.shared_memory == "system":
-            raise ConfigError(
-                f"model {self.model_name!r}: shared_memory=system needs one server on this host, and {fleet.label} "
-                "stands for several; use shared_memory=auto or none"
-            )
-
-    def _refuse_cuda(self, options: RemoteOptions) -> None:
-        if options.shared_memory == "cuda":
-            raise BackendUnavailableError(
-                f"{self.url}: shared_memory=cuda needs a GPU and cuda-python; it is not supported by this build yet "
-                "(use auto, system or none)"
-            )
-
-    def _make_pool(self, server: Server, options: RemoteOptions) -> RegionPool | None:
-        self._refuse_cuda(options)
-        mode, transport = options.shared_memory, server.transport
-        if mode == "none" or (mode == "auto" and not self.endpoints[0].is_loopback):
-            return None
-        if not server.info.has(SYSTEM_SHARED_MEMORY):
-            if mode == "system":
-                raise ConfigError(
-                    f"model {self.model_name!r}: shared_memory=system, but {server.info.lacks(SYSTEM_SHARED_MEMORY)} "
-                    f"at {self.url} (use shared_memory=auto or none)"
-                )
-            logger.info("%s: %s; tensors go in the request body", self.url, server.info.lacks(SYSTEM_SHARED_MEMORY))
-            return None
-        shm.remove_stale_regions(lambda name: transport.unregister_system_shm(name, timeout_s=1.0))
-        pool = RegionPool(transport, max_slots=options.max_in_flight + 4)
-        try:
-            pool.release(pool.acquire(shm.PAGE))  # the server must accept a region now, not at the first request
-        except (CallError, OSError) as exc:
-            pool.close(time.monotonic())
-            reason = exc.message if isinstance(exc, CallError) else str(exc)
-            if mode == "system":
-                raise ConfigError(
-                    f"model {self.model_name!r}: shared_memory=system, but {self.url} cannot use this host's "
-                    f"system shared memory: {reason} (use shared_memory=auto or none)"
-                ) from exc
-            logger.warning(
-                "%s refuses client shared memory (%s); tensors of model %r go in the request body",
-                self.url,
-                reason,
-                self.model_name,
-            )
-            return None
-        return pool
 
     # -- requests -----------------------------------------------------------------------------------
     def _submit(self, request: InferRequest) -> Future[Mapping[str, ArrayLike]]:
@@ -506,4 +462,4 @@ class RemoteBackend(BaseBackend):
             names = only.transport.system_shm_names(timeout_s=_CONTROL_TIMEOUT_S)
         except CallError as exc:
             raise to_public(exc, model=self.model_name, url=self.url) from exc
-        return [n for n in names if n in set(shm.live_regions())]
+        return [n for n in names if n in set(live_regions())]

@@ -3,7 +3,7 @@
 Inputs are written into a shared memory slot (or carried in the request body); outputs are written by
 the server into the same slot when their size is known from an earlier response with the same input
 shapes (else they come back in the response body). Outputs in the slot are handed out as views and
-the slot stays leased until the caller drops them (``pool.py``); outputs from the body are copied
+the slot stays leased until the caller drops them (``shm/pool.py``); outputs from the body are copied
 once into buffers lent to the caller (``leases.py``), reused once the caller's arrays are gone.
 
 An output that outgrew its place in the slot (Triton says ``INTERNAL`` for that, as for a model error)
@@ -29,7 +29,7 @@ from ...signature import ModelSignature, dtype_to_numpy
 from ..leases import BufferPool
 from ..requests import Parameter
 from ..status import CallError, Status
-from .pool import PoolExhausted, RegionPool, Slot, aligned
+from .shm.pool import PoolExhausted, RegionPool, Slot, aligned
 from .transports.base import ShmRef, Transport, WireInput, WireOutput, WireResult
 from .transports.codec import to_numpy
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from monai_triton_ops import create_backend
-from monai_triton_ops.backends.remote import shm
+from monai_triton_ops.backends.remote.shm import region as shm
 from monai_triton_ops.errors import (
     BackendSpecError,
     ConfigError,
