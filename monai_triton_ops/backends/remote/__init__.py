@@ -13,8 +13,8 @@ and around them:
 
 workers.py         the one worker pool: threads that run whole requests and own per-thread clients
 endpoints.py       where the servers are (Endpoint, a name's addresses)
-probing.py         each server's state, and its probes off the request path
-readiness.py       is the model ready on a server, and why not (refused, loading...); the visible wait at open
+health.py          is the model ready on a server, and why not (refused, loading...); the visible wait at open;
+                   each server's state, and its probes off the request path
 fallback.py        fallback=torch: the model in this process when no server can take a request
 protocol.py        what a server speaks (Triton's extensions or the bare Open Inference Protocol), and so
                    where the signature comes from: the model config, or the model metadata

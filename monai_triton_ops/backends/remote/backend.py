@@ -1,7 +1,7 @@
 """``RemoteBackend``: a model served by Triton servers, over gRPC or HTTP (``grpc://``, ``http://``, TLS variants).
 
 Open: wait (visibly) until a server of the fleet is ready within ``ready_timeout_s`` (a TLS failure
-with a server is a ``ConfigError`` at once, not a wait: ``readiness.py``), describe every ready server
+with a server is a ``ConfigError`` at once, not a wait: ``health.py``), describe every ready server
 (``protocol.py``: Triton's model config, or an Open Inference Protocol server's model metadata; the
 signature with MONAI metadata, compared with a local ``config.pbtxt`` when the caller's repository has
 one) and check they serve the same model, and, when tensors go through shared memory (one server on
@@ -55,8 +55,8 @@ from .endpoints import spec_endpoints
 from .exchange import Exchange, Outputs
 from .fallback import TorchFallback
 from .fleet import FAILOVER, Fleet
+from .health import Server
 from .options import RemoteOptions
-from .probing import Server
 from .protocol import UNKNOWN_SERVER, Served, server_info
 from .retry import Backoff
 from .shm.pool import open_pool

@@ -16,9 +16,9 @@ Service stands for every ready pod), each a :class:`Server` with a transport of 
 Every server is described on its own when first found ready (``protocol.describe_model``): what it speaks
 (Triton's extensions, or the bare Open Inference Protocol), and so where its signature comes from and
 whether its HTTP tensors go binary; every server is reached with the backend's one set of TLS material
-and headers, and a TLS failure with any of them is told apart from a server that is down (``readiness.py``).
+and headers, and a TLS failure with any of them is told apart from a server that is down (``health.py``).
 
-Probes run off the request path (``probing.py``); when no server is up, every server not up is probed at
+Probes run off the request path (``health.py``); when no server is up, every server not up is probed at
 once. A probe that finds a server accepting connections while its gRPC channel still fails replaces the
 channel (gRPC would wait out its own reconnect backoff first). Names are resolved again every
 ``resolve_interval_s`` on the probing thread: an address that appears is a NEW server, one that is gone is
@@ -43,10 +43,10 @@ from typing import Any
 from ...errors import ConfigError, MonaiTritonError
 from ...signature import ModelSignature
 from ..status import CallError, Status, to_public
-from . import readiness
+from . import health
 from .endpoints import Address, Endpoint, Resolver, addresses_of, is_name, resolve
+from .health import Prober, Server, State
 from .options import RemoteOptions
-from .probing import Prober, Server, State
 from .protocol import BINARY_TENSORS, STATISTICS, Served, describe_model
 from .server_model import differences
 from .transports import connect
@@ -150,8 +150,8 @@ class Fleet:
     # -- open -----------------------------------------------------------------------------------------
     def open(self, timeout_s: float) -> ModelSignature:
         """Wait (visibly) until a server is ready; check every ready server serves the same model; probe the rest."""
-        found = readiness.wait_until_any_ready(self._probe_round, self.model, timeout_s=timeout_s)
-        ready = [s for s in self.servers if found.get(s.label, readiness.Probe(readiness.Reason.NOT_READY)).ready]
+        found = health.wait_until_any_ready(self._probe_round, self.model, timeout_s=timeout_s)
+        ready = [s for s in self.servers if found.get(s.label, health.Probe(health.Reason.NOT_READY)).ready]
         signatures = {s.label: self._read_signature(s) for s in ready}
         first, reference = next(iter(signatures.items()))
         for label, signature in signatures.items():
@@ -193,25 +193,25 @@ class Fleet:
             server.warned = True
             self._schedule(server, 0.0)
 
-    def _probe_round(self, remaining_s: float) -> dict[str, readiness.Probe]:
+    def _probe_round(self, remaining_s: float) -> dict[str, health.Probe]:
         self._rounds += 1
         if self._names and self._rounds > 1:  # a headless Service gains its first ready pod while we wait
             self._resolve()
-        found: dict[str, readiness.Probe] = {}
+        found: dict[str, health.Probe] = {}
         end = time.monotonic() + remaining_s
         for server in self.servers:
             left = end - time.monotonic()
             if left <= 0:
                 break
-            if self._rounds == 1:  # TLS before any call: a refusal is a ConfigError now, not a wait (readiness.py)
-                handshake_s = min(readiness.PROBE_TIMEOUT_S, left)
-                readiness.check_tls(server.address.endpoint, self._settings.credentials, handshake_s)
+            if self._rounds == 1:  # TLS before any call: a refusal is a ConfigError now, not a wait (health.py)
+                handshake_s = min(health.PROBE_TIMEOUT_S, left)
+                health.check_tls(server.address.endpoint, self._settings.credentials, handshake_s)
             found[server.label] = self._probe_server(server, left)
         return found
 
-    def _probe_server(self, server: Server, timeout_s: float) -> readiness.Probe:
+    def _probe_server(self, server: Server, timeout_s: float) -> health.Probe:
         credentials = self._settings.credentials
-        return readiness.probe(
+        return health.probe(
             server.transport, server.address, self.model, self.version, timeout_s=timeout_s, credentials=credentials
         )
 
@@ -336,13 +336,13 @@ class Fleet:
             if not self._closed and not server.retired:
                 self._prober.schedule(server, server.probe_delay_s)
 
-    def _probe_once(self, server: Server) -> readiness.Probe:
+    def _probe_once(self, server: Server) -> health.Probe:
         try:
-            found = self._probe_server(server, readiness.PROBE_TIMEOUT_S)
+            found = self._probe_server(server, health.PROBE_TIMEOUT_S)
             if found.ready and not server.checked:
                 self._check(server)
         except MonaiTritonError as exc:  # not (or no longer) serving the model, or a signature read failed
-            return readiness.Probe(readiness.Reason.NOT_READY, str(exc))
+            return health.Probe(health.Reason.NOT_READY, str(exc))
         return found
 
     def _reconnect(self, server: Server) -> None:
@@ -365,7 +365,7 @@ class Fleet:
         stale, server.stale = server.stale, []
         return stale
 
-    def _mark_down(self, server: Server, found: readiness.Probe) -> None:
+    def _mark_down(self, server: Server, found: health.Probe) -> None:
         """(under the lock)"""
         server.why = str(found)
         server.probe_delay_s = min(

@@ -16,8 +16,8 @@ from ...errors import ConfigError, ModelNotFoundError
 from ...repository.volume import WRAP_COMMAND, VolumeSpec, volume_model_name
 from ...signature import ModelSignature
 from ..requests import Parameter
-from . import readiness
-from .probing import Server
+from . import health
+from .health import Server
 from .server_model import check_local_config, read_signature
 
 #: Deadline of each control call at open (metadata, config).
@@ -49,8 +49,8 @@ def open_volume_model(
             f"model {volume!r} on {transport.url} is not the whole-volume model of {network!r} ({wraps}); rewrite it "
             f"with '{WRAP_COMMAND.format(name=network)} --force'"
         )
-    readiness.wait_until_any_ready(
-        lambda left: {server.label: readiness.probe(transport, server.address, network, version, timeout_s=left)},
+    health.wait_until_any_ready(
+        lambda left: {server.label: health.probe(transport, server.address, network, version, timeout_s=left)},
         network,
         timeout_s=ready_timeout_s,
     )
