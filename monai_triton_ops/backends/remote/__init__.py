@@ -17,11 +17,10 @@ health.py          is the model ready on a server, and why not (refused, loading
                    each server's state, and its probes off the request path
 fallback.py        fallback=torch: the model in this process when no server can take a request
 protocol.py        what a server speaks (Triton's extensions or the bare Open Inference Protocol), and so
-                   where the signature comes from: the model config, or the model metadata
+                   where the signature comes from: the model config, or the model metadata; compared with a
+                   local config.pbtxt and between servers
 shm/               system shared memory: regions (naming, cleanup at close/exit/SIGTERM/fork), the pool of
                    slots and leases and the choice at open, the janitor process for a client that died
-server_model.py    the signature from a Triton server's model config, compared with a local config.pbtxt
-retry.py           bounded exponential backoff inside the deadline
 options.py         RemoteOptions
 """
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import threading
 import time
 from collections import Counter
@@ -47,6 +48,7 @@ from ...errors import (
     ModelNotFoundError,
     ServerUnavailableError,
 )
+from ...server.health import CONTROL_TIMEOUT_S
 from ...signature import ModelSignature
 from ..base import ArrayLike, Availability, BaseBackend, InferRequest
 from ..options import BackendOptions
@@ -58,7 +60,6 @@ from .fleet import FAILOVER, Fleet
 from .health import Server
 from .options import RemoteOptions
 from .protocol import UNKNOWN_SERVER, Served, server_info
-from .retry import Backoff
 from .shm.pool import open_pool
 from .shm.region import live_regions
 from .transports.base import TransportSettings
@@ -68,8 +69,6 @@ from .workers import Workers
 
 logger = logging.getLogger(__name__)
 
-#: Deadline of the control calls made at open and close (metadata, config, registrations).
-_CONTROL_TIMEOUT_S = 10.0
 #: How long ``close()`` waits for each worker thread to end once its last call has.
 _JOIN_TIMEOUT_S = 5.0
 
@@ -107,6 +106,31 @@ class _Attempts:
     rounds: int = 0
     last: CallError | None = None
     where: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Backoff:
+    """Bounded exponential backoff inside a deadline, for transient errors only: ``retries`` more rounds after the
+    first, waiting ``base_s * 2**n`` (capped at ``cap_s``, with jitter) before each (``RemoteOptions`` checks the
+    numbers). A retry is worth it when the server may recover in a moment (Triton answers ``UNAVAILABLE`` while a
+    model loads, when a queue is full, while it shuts down); never once the deadline would pass before the next
+    attempt ends, and never for an error the model reported: a client timeout does not stop the server's work
+    (pitfall C8), so a blind retry only doubles the load."""
+
+    retries: int
+    base_s: float
+    cap_s: float
+
+    def delay_s(self, attempt: int, deadline: float | None) -> float | None:
+        """Seconds to wait before attempt ``attempt + 1`` (``attempt`` >= 1 done), or ``None``: give up (the
+        retries are spent, or waiting would leave no time before ``deadline``, a ``time.monotonic()`` value)."""
+        if attempt > self.retries:
+            return None
+        delay = float(min(self.cap_s, self.base_s * 2 ** (attempt - 1)))
+        delay *= 0.5 + random.random() / 2  # noqa: S311 - jitter, not cryptography
+        if deadline is not None and time.monotonic() + delay >= deadline:
+            return None
+        return delay
 
 
 #: The transport of each scheme, as the run line names it.
@@ -282,7 +306,7 @@ class RemoteBackend(BaseBackend):
             ready_timeout_s=self.remote_options.ready_timeout_s,
             repository=self.model_repository,
         )
-        return Served(signature, server_info(server.transport, model=self.model_name, timeout_s=_CONTROL_TIMEOUT_S))
+        return Served(signature, server_info(server.transport, model=self.model_name, timeout_s=CONTROL_TIMEOUT_S))
 
     # -- requests -----------------------------------------------------------------------------------
     def _submit(self, request: InferRequest) -> Future[Mapping[str, ArrayLike]]:
@@ -420,7 +444,7 @@ class RemoteBackend(BaseBackend):
         if os.getpid() != self._pid:  # a forked child: the parent's channels, threads and regions are not ours
             return
         if exchange is not None and exchange.pool is not None:
-            exchange.pool.close(time.monotonic() + _CONTROL_TIMEOUT_S)
+            exchange.pool.close(time.monotonic() + CONTROL_TIMEOUT_S)
         if fleet is not None:
             fleet.close()
         if self._fallback is not None:
@@ -459,7 +483,7 @@ class RemoteBackend(BaseBackend):
         if only is None:
             return []
         try:
-            names = only.transport.system_shm_names(timeout_s=_CONTROL_TIMEOUT_S)
+            names = only.transport.system_shm_names(timeout_s=CONTROL_TIMEOUT_S)
         except CallError as exc:
             raise to_public(exc, model=self.model_name, url=self.url) from exc
         return [n for n in names if n in set(live_regions())]

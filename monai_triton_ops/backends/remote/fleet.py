@@ -41,22 +41,20 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import ConfigError, MonaiTritonError
+from ...server.health import CONTROL_TIMEOUT_S
 from ...signature import ModelSignature
 from ..status import CallError, Status, to_public
 from . import health
 from .endpoints import Address, Endpoint, Resolver, addresses_of, is_name, resolve
 from .health import Prober, Server, State
 from .options import RemoteOptions
-from .protocol import BINARY_TENSORS, STATISTICS, Served, describe_model
-from .server_model import differences
+from .protocol import BINARY_TENSORS, STATISTICS, Served, describe_model, mismatch
 from .transports import connect
 from .transports.base import Transport, TransportSettings
 from .workers import Workers
 
 logger = logging.getLogger(__name__)
 
-#: Deadline of the control calls of a probe or a statistics read.
-_CONTROL_TIMEOUT_S = 10.0
 #: Statuses after which a request goes to another server: the server, not the request, failed.
 FAILOVER = frozenset({Status.UNAVAILABLE, Status.MODEL_DOWN})
 
@@ -155,7 +153,7 @@ class Fleet:
         signatures = {s.label: self._read_signature(s) for s in ready}
         first, reference = next(iter(signatures.items()))
         for label, signature in signatures.items():
-            found_differences = _mismatch(reference, signature, strict=True, names=(first, label))
+            found_differences = mismatch(reference, signature, strict=True, names=(first, label))
             if found_differences:
                 raise ConfigError(
                     f"model {self.model!r}: the servers do not serve the same model: {label} differs from "
@@ -225,7 +223,7 @@ class Fleet:
                 server.transport,
                 self.model,
                 self.version,
-                timeout_s=_CONTROL_TIMEOUT_S,
+                timeout_s=CONTROL_TIMEOUT_S,
                 repository=self._repository,
                 max_batch_size=self._options.max_batch_size,
             )
@@ -397,7 +395,7 @@ class Fleet:
             return
         reference = self.signature
         names = ("the fleet", server.label)
-        found = [] if reference is None else _mismatch(reference, signature, strict=self._strict, names=names)
+        found = [] if reference is None else mismatch(reference, signature, strict=self._strict, names=names)
         if found:
             self._exclude(server, "it serves another model: " + "; ".join(found))
             return
@@ -474,7 +472,7 @@ class Fleet:
         if server.checked and not server.info.has(STATISTICS):  # an Open Inference Protocol server has none
             raise ConfigError(f"model {self.model!r} on {server.label}: no statistics: {server.info.lacks(STATISTICS)}")
         try:
-            return server.transport.statistics(self.model, timeout_s=_CONTROL_TIMEOUT_S)
+            return server.transport.statistics(self.model, timeout_s=CONTROL_TIMEOUT_S)
         except CallError as exc:
             raise to_public(exc, model=self.model, url=server.label) from exc
 
@@ -486,13 +484,3 @@ class Fleet:
         for server in servers:
             for transport in [server.transport, *server.stale]:
                 transport.close()
-
-
-def _mismatch(reference: ModelSignature, other: ModelSignature, *, strict: bool, names: tuple[str, str]) -> list[str]:
-    """What makes ``other`` another model than ``reference``; ``strict`` compares version and metadata too."""
-    found = differences(reference, other, names=names)
-    if strict and reference.version != other.version:
-        found.append(f"version {names[0]} {reference.version}, {names[1]} {other.version}")
-    if strict and dict(reference.metadata) != dict(other.metadata):
-        found.append("their MONAI metadata (config parameters) differ")
-    return found

@@ -14,14 +14,12 @@ from pathlib import Path
 
 from ...errors import ConfigError, ModelNotFoundError
 from ...repository.volume import WRAP_COMMAND, VolumeSpec, volume_model_name
+from ...server.health import CONTROL_TIMEOUT_S
 from ...signature import ModelSignature
 from ..requests import Parameter
 from . import health
 from .health import Server
-from .server_model import check_local_config, read_signature
-
-#: Deadline of each control call at open (metadata, config).
-_CONTROL_TIMEOUT_S = 10.0
+from .protocol import check_local_config, read_signature
 
 
 def served_name(model_name: str, mode: str) -> str:
@@ -41,7 +39,7 @@ def open_volume_model(
     checked to wrap ``network``, which is waited for (Triton may still be loading it) and compared with a local
     config."""
     transport, volume = server.transport, volume_model_name(network)
-    signature = read_signature(transport, volume, None, timeout_s=_CONTROL_TIMEOUT_S)
+    signature = read_signature(transport, volume, None, timeout_s=CONTROL_TIMEOUT_S)
     spec = VolumeSpec.of(signature.metadata)
     if spec is None or spec.network != network:
         wraps = "no whole_volume block in its metadata" if spec is None else f"it wraps {spec.network!r}"
@@ -54,7 +52,7 @@ def open_volume_model(
         network,
         timeout_s=ready_timeout_s,
     )
-    served = read_signature(transport, network, version, timeout_s=_CONTROL_TIMEOUT_S)
+    served = read_signature(transport, network, version, timeout_s=CONTROL_TIMEOUT_S)
     check_local_config(served, repository, url=transport.url)
     return signature
 
