@@ -1,31 +1,18 @@
 """``RemoteBackend``: a model served by Triton servers, over gRPC or HTTP (``grpc://``, ``http://``, TLS variants).
 
-Open: wait (visibly) until a server of the fleet is ready within ``ready_timeout_s`` (a TLS failure
-with a server is a ``ConfigError`` at once, not a wait: ``health.py``), describe every ready server
-(``protocol.py``: Triton's model config, or an Open Inference Protocol server's model metadata; the
-signature with MONAI metadata, compared with a local ``config.pbtxt`` when the caller's repository has
-one) and check they serve the same model, and, when tensors go through shared memory (one server on
-this host, with Triton's extension only), register a first region (so a server that refuses client
-shared memory is found at open: ``auto`` falls back to the wire with one warning, ``system`` fails).
-With ``fallback=torch``, no server ready means the model runs in this process.
-
-A request, from the base's ``submit()`` to the wire (``docs/remote.md`` draws it):
+Open is ``opening.py``. A request, from the base's ``submit()`` to the wire (``docs/architecture.md`` draws it):
 
     _submit(request)                        queue put on the worker pool (workers.py): never blocks
     _run(ticket)       on a worker thread:  the attempt loop below, bounded by the request's deadline
-                       (or on the caller's: _infer_here)
+                       (or on the caller's, over gRPC: _infer_here; HTTP clients belong to the workers)
       fleet.pick(tried)                     the server for this attempt (fleet.py)
       exchange.send(transport, request)     one attempt: slot or body, one blocking call (transports/), outputs
 
-One pool, one future per request (the pool's), attempts as a plain loop on the worker: a failure of
-the server (``fleet.FAILOVER``: unavailable, connection lost, its model process gone) goes at once to
-another server this request has not tried; when every server has been tried, a transient error waits
-its backoff there (ended early by a cancel) and a new round starts while ``retries`` and the deadline
-allow. An error the model reported, or the deadline, ends the loop at once.
-
-Over gRPC, ``infer()`` runs ``_run`` on the caller's thread instead (``_infer_here``: no hand-off), the
-same loop: failover, backoff (cut short by ``close()``'s cancel) and the fallback all keep the request's
-deadline on any thread. HTTP clients belong to the workers' threads, so HTTP requests always go to the pool.
+One pool, one future per request (the pool's). A failure of the server (``fleet.FAILOVER``) goes at once to
+another server this request has not tried; when every server has been tried, a transient error waits its
+:class:`Backoff` (ended early by a cancel) and a new round starts while ``retries`` and the deadline allow; an
+error the model reported, or the deadline, ends the loop; with ``fallback=torch`` a request no server can
+take runs in this process (``fallback.py``).
 """
 
 from __future__ import annotations
@@ -45,8 +32,6 @@ from typing import Any
 from ...errors import (
     BackendStateError,
     ConfigError,
-    ModelNotFoundError,
-    ServerUnavailableError,
 )
 from ...server.health import CONTROL_TIMEOUT_S
 from ...signature import ModelSignature
@@ -58,19 +43,14 @@ from .exchange import Exchange, Outputs
 from .fallback import TorchFallback
 from .fleet import FAILOVER, Fleet
 from .health import Server
+from .opening import Target, open_remote
 from .options import RemoteOptions
-from .protocol import UNKNOWN_SERVER, Served, server_info
-from .shm.pool import open_pool
 from .shm.region import live_regions
-from .transports.base import TransportSettings
 from .transports.tls import check_tls_options
-from .volume import missing_volume_model, open_volume_model, served_name, volume_parameters
-from .workers import Workers
+from .volume import served_name
+from .workers import JOIN_TIMEOUT_S, Workers
 
 logger = logging.getLogger(__name__)
-
-#: How long ``close()`` waits for each worker thread to end once its last call has.
-_JOIN_TIMEOUT_S = 5.0
 
 
 class _Ticket:
@@ -110,12 +90,9 @@ class _Attempts:
 
 @dataclass(frozen=True, kw_only=True)
 class Backoff:
-    """Bounded exponential backoff inside a deadline, for transient errors only: ``retries`` more rounds after the
-    first, waiting ``base_s * 2**n`` (capped at ``cap_s``, with jitter) before each (``RemoteOptions`` checks the
-    numbers). A retry is worth it when the server may recover in a moment (Triton answers ``UNAVAILABLE`` while a
-    model loads, when a queue is full, while it shuts down); never once the deadline would pass before the next
-    attempt ends, and never for an error the model reported: a client timeout does not stop the server's work
-    (pitfall C8), so a blind retry only doubles the load."""
+    """``retries`` more rounds after the first, waiting ``base_s * 2**n`` (capped, jittered) before each: for a
+    server that may recover in a moment (``UNAVAILABLE``: a model loading, a full queue, a shutdown), never past
+    the deadline, never for the model's own error (a client timeout does not stop the server's work, pitfall C8)."""
 
     retries: int
     base_s: float
@@ -169,22 +146,11 @@ class RemoteBackend(BaseBackend):
             self.endpoints = spec_endpoints(self.urls, options.servers)
         except ConfigError as exc:
             raise ConfigError(f"model {model_name!r}: {exc}") from exc
-        if not self.endpoints:
-            raise ConfigError(f"model {model_name!r}: a remote backend needs a server URL, e.g. grpc://HOST:8001")
-        if len({e.scheme for e in self.endpoints}) > 1:
-            raise ConfigError(
-                f"model {model_name!r}: every server of one backend needs the same scheme, got {self.urls}"
-            )
         self.url = ",".join(e.url for e in self.endpoints)
         if options.shared_memory == "system" and len(self.endpoints) > 1:
             raise ConfigError(
                 f"model {model_name!r}: shared_memory=system needs one server on this host, and {self.url} is "
                 f"{len(self.endpoints)}; use shared_memory=auto or none"
-            )
-        if options.mode == "volume" and options.fallback == "torch":
-            raise ConfigError(
-                f"model {model_name!r}: fallback=torch runs windows in this process and mode=volume sends the whole "
-                "volume to the server; use one of them"
             )
         self._backoff = Backoff(retries=options.retries, base_s=options.backoff_s, cap_s=options.max_backoff_s)
         self._fallback: TorchFallback | None = None
@@ -227,86 +193,29 @@ class RemoteBackend(BaseBackend):
     # -- open ---------------------------------------------------------------------------------------
     def _open(self) -> ModelSignature:
         options = self.remote_options
-        settings = TransportSettings.from_options(options)
         if options.fallback == "torch":  # a fallback that could never run fails now, not when it is needed
             self._fallback = TorchFallback(
                 self.model_name, self.model_repository, self.version, max_in_flight=options.max_in_flight
             )
-        workers = Workers(f"remote-{self.model_name}", options.max_in_flight)
-        fleet: Fleet | None = None
-        try:
-            volume = options.mode == "volume"
-            fleet = Fleet(
-                self.model_name,
-                None if volume else self.version,  # in volume mode the version is the network's, a parameter
-                self.endpoints,
-                settings,
-                workers,
-                options,
-                repository=self.model_repository,
-                describe=self._describe_volume if volume else None,
-            )
-            signature = self._open_fleet(fleet, options)
-            only = fleet.only_server()
-            pool = open_pool(
-                only.transport if only is not None else None,
-                only.info if only is not None else UNKNOWN_SERVER,
-                mode=options.shared_memory,
-                loopback=self.endpoints[0].is_loopback,
-                max_in_flight=options.max_in_flight,
-                model=self.model_name,
-                url=self.url,
-                fleet=fleet.label,
-            )
-            if pool is not None:
-                fleet.pin()
-        except BaseException:
-            if fleet is not None:
-                fleet.close()
-            if self._fallback is not None:
-                self._fallback.close()
-            workers.stop(join_timeout_s=_JOIN_TIMEOUT_S)
-            raise
-        self._workers, self._fleet, self._any_thread = workers, fleet, fleet.any_thread
-        version, parameters = "" if self.version is None else str(self.version), {}
-        if options.mode == "volume":  # the version asked for is the network's, sent along as a parameter
-            version, parameters = "", volume_parameters(self.version)
-        self._exchange = Exchange(
-            signature, version, pool, fallback=options.shared_memory == "auto", parameters=parameters
-        )
-        servers = len(fleet.servers)
-        logger.info(
-            "%r: %d server(s), tensors via %s", self, servers, "system shared memory" if pool else "the request body"
-        )
-        return signature
-
-    def _open_fleet(self, fleet: Fleet, options: RemoteOptions) -> ModelSignature:
-        """The fleet's signature (each server's checked against the local config); or the fallback's, when no
-        server is ready."""
-        try:
-            return fleet.open(options.ready_timeout_s)
-        except ModelNotFoundError as exc:
-            if options.mode == "volume":
-                raise missing_volume_model(exc, self.network) from exc
-            raise
-        except ServerUnavailableError as exc:
-            if self._fallback is None:
-                raise
-            signature = self._fallback.open(str(exc))
-            fleet.adopt(signature)
-            return signature
-
-    def _describe_volume(self, server: Server) -> Served:
-        """One server's whole-volume model and its network, checked (``volume.py``). Triton only: the volume model
-        is a Python-backend model that runs MONAI's sliding window on the server."""
-        signature = open_volume_model(
-            server,
-            self.network,
-            self.version,
-            ready_timeout_s=self.remote_options.ready_timeout_s,
+        target = Target(
+            model=self.model_name,
+            network=self.network,
+            version=self.version,
+            endpoints=self.endpoints,
+            url=self.url,
             repository=self.model_repository,
         )
-        return Served(signature, server_info(server.transport, model=self.model_name, timeout_s=CONTROL_TIMEOUT_S))
+        try:
+            opened = open_remote(target, options, self._fallback)
+        except BaseException:
+            if self._fallback is not None:
+                self._fallback.close()
+            raise
+        self._workers, self._fleet, self._exchange = opened.workers, opened.fleet, opened.exchange
+        self._any_thread = opened.fleet.any_thread
+        via = "the request body" if opened.exchange.pool is None else "system shared memory"
+        logger.info("%r: %d server(s), tensors via %s", self, len(opened.fleet.servers), via)
+        return opened.signature
 
     # -- requests -----------------------------------------------------------------------------------
     def _submit(self, request: InferRequest) -> Future[Mapping[str, ArrayLike]]:
@@ -450,7 +359,7 @@ class RemoteBackend(BaseBackend):
         if self._fallback is not None:
             self._fallback.close()
         if workers is not None:
-            workers.stop(join_timeout_s=_JOIN_TIMEOUT_S)
+            workers.stop(join_timeout_s=JOIN_TIMEOUT_S)
 
     # -- server information -------------------------------------------------------------------------
     @property
@@ -467,10 +376,8 @@ class RemoteBackend(BaseBackend):
         return {} if fleet is None else {s.label: s.state.value for s in fleet.servers}
 
     def statistics(self) -> dict[str, Any]:
-        """Triton's inference statistics for this model (executions, requests, queue and compute times).
-
-        With several servers, ``model_stats`` holds every server's entries, each with its ``server``.
-        """
+        """Triton's inference statistics for this model (executions, requests, queue and compute times); with several
+        servers, ``model_stats`` holds every server's entries, each with its ``server``."""
         fleet = self._fleet
         if fleet is None:
             raise BackendStateError(f"{self!r}: statistics() needs an open backend")

@@ -109,7 +109,8 @@ def addresses_of(origin: Endpoint, resolver: Resolver = resolve) -> list[Address
 
 
 def spec_endpoints(urls: Sequence[str], servers: Sequence[str]) -> tuple[Endpoint, ...]:
-    """The spec's URLs, then the ``servers`` option's (``HOST:PORT`` or a URL of the same scheme), once each."""
+    """The spec's URLs, then the ``servers`` option's (``HOST:PORT`` or a URL of the same scheme), once each; at
+    least one, all of one scheme (``ConfigError`` otherwise)."""
     endpoints = [Endpoint.parse(url) for url in urls]
     scheme = endpoints[0].scheme if endpoints else "grpc"
     for entry in servers:
@@ -124,6 +125,10 @@ def spec_endpoints(urls: Sequence[str], servers: Sequence[str]) -> tuple[Endpoin
                 f"option servers: {entry!r} is not HOST:PORT (or {scheme}://HOST:PORT, the spec's scheme)"
             )
         endpoints.append(Endpoint.parse(f"{scheme}://{parts.netloc}"))
+    if not endpoints:
+        raise ConfigError("a remote backend needs a server URL, e.g. grpc://HOST:8001")
+    if len({e.scheme for e in endpoints}) > 1:
+        raise ConfigError(f"every server of one backend needs the same scheme, got {urls}")
     return tuple(dict.fromkeys(endpoints))
 
 

@@ -18,11 +18,9 @@ Every server is described on its own when first found ready (``protocol.describe
 whether its HTTP tensors go binary; every server is reached with the backend's one set of TLS material
 and headers, and a TLS failure with any of them is told apart from a server that is down (``health.py``).
 
-Probes run off the request path (``health.py``); when no server is up, every server not up is probed at
-once. A probe that finds a server accepting connections while its gRPC channel still fails replaces the
-channel (gRPC would wait out its own reconnect backoff first). Names are resolved again every
-``resolve_interval_s`` on the probing thread: an address that appears is a NEW server, one that is gone is
-retired (its transport closed once no request uses it).
+Probes run off the request path (``health.Prober``); when no server is up, every server not up is probed at
+once. Which servers there are (names resolved again, servers retired) and their transports (replaced, closed
+once no attempt uses them) is the base class, ``members.py``.
 
 ``pick(tried)`` is the request path's one question: an UP server this request has not tried, round
 robin; when no server is up, a SUSPECT or DOWN one that was checked (the request is then the probe: a
@@ -33,24 +31,22 @@ from __future__ import annotations
 
 import itertools
 import logging
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from ...errors import ConfigError, MonaiTritonError
 from ...server.health import CONTROL_TIMEOUT_S
 from ...signature import ModelSignature
 from ..status import CallError, Status, to_public
 from . import health
-from .endpoints import Address, Endpoint, Resolver, addresses_of, is_name, resolve
-from .health import Prober, Server, State
+from .endpoints import Endpoint, Resolver, resolve
+from .health import Server, State
+from .members import Members
 from .options import RemoteOptions
-from .protocol import BINARY_TENSORS, STATISTICS, Served, describe_model, mismatch
-from .transports import connect
-from .transports.base import Transport, TransportSettings
+from .protocol import BINARY_TENSORS, Served, describe_model, mismatch
+from .transports.base import TransportSettings
 from .workers import Workers
 
 logger = logging.getLogger(__name__)
@@ -63,8 +59,8 @@ FAILOVER = frozenset({Status.UNAVAILABLE, Status.MODEL_DOWN})
 Describe = Callable[[Server], Served]
 
 
-class Fleet:
-    """Every server of one backend's model; thread-safe. See the module docstring."""
+class Fleet(Members):
+    """Every server of one backend's model, their health, and the choice; thread-safe. See the module docstring."""
 
     def __init__(
         self,
@@ -79,61 +75,15 @@ class Fleet:
         resolver: Resolver = resolve,
         describe: Describe | None = None,
     ) -> None:
-        self.model = model
         self._describe = describe  # how a ready server's model is read; default: describe_model
         self.version = version
         self._repository = repository  # the caller's: a local config.pbtxt each server is compared with
-        self._origins = tuple(origins)
-        self._settings = settings
-        self._workers = workers
-        self._options = options
-        self._resolver = resolver
-        self._lock = threading.Lock()
-        self._servers: list[Server] = []
         self._up: tuple[Server, ...] = ()  # the servers UP now, rebuilt under the lock on every change of state
         self._turn = itertools.count()
-        self._prober = Prober(f"probe-{model}", self._probe)
-        self._closed = False
-        self._names = any(is_name(o) for o in self._origins)  # resolved again from time to time
         self._rounds = 0
-        self._resolve_at = 0.0
-        self._resolving = False
         self.signature: ModelSignature | None = None
         self._strict = True  # compare version and metadata too (not against a fallback's local signature)
-        for origin in self._origins:
-            for address in addresses_of(origin, resolver):
-                self._add(address)
-        self._resolve_at = time.monotonic() + options.resolve_interval_s
-
-    # -- what the backend reads -----------------------------------------------------------------------
-    @property
-    def servers(self) -> list[Server]:
-        with self._lock:
-            return [s for s in self._servers if not s.retired]
-
-    @property
-    def label(self) -> str:
-        """How errors name the fleet: its one server, or its spec entries."""
-        servers = self.servers
-        if len(servers) == 1:
-            return servers[0].label
-        return ",".join(o.url for o in self._origins)
-
-    def only_server(self) -> Server | None:
-        """The one server, when the fleet is one address (shared memory is possible only then)."""
-        servers = self.servers
-        if len(servers) == 1 and not servers[0].address.balanced:
-            return servers[0]
-        return None
-
-    @property
-    def any_thread(self) -> bool:
-        """Whether any thread may make an attempt (gRPC): the servers share the spec's one scheme, so one answer."""
-        return all(s.transport.any_thread for s in self.servers)
-
-    def pin(self) -> None:
-        """Resolve no name again: the fleet stays this one server (its shared memory regions are registered there)."""
-        self._names = False
+        super().__init__(model, origins, settings, workers, options, resolver=resolver)
 
     def usable(self) -> bool:
         """Whether a server is up, or failed a request without a probe confirming it down yet."""
@@ -145,7 +95,6 @@ class Fleet:
         with self._lock:
             return "; ".join(f"{s.label} {s.state.value}{f' ({s.why})' if s.why else ''}" for s in self._servers)
 
-    # -- open -----------------------------------------------------------------------------------------
     def open(self, timeout_s: float) -> ModelSignature:
         """Wait (visibly) until a server is ready; check every ready server serves the same model; probe the rest."""
         found = health.wait_until_any_ready(self._probe_round, self.model, timeout_s=timeout_s)
@@ -231,7 +180,6 @@ class Fleet:
         server.transport.use_binary_tensors(served.server.has(BINARY_TENSORS))
         return served.signature
 
-    # -- the request path -----------------------------------------------------------------------------
     def pick(self, tried: Counter[Server]) -> Server | None:
         """The server for a request's next attempt (see the module docstring), or ``None``."""
         if self._names and time.monotonic() >= self._resolve_at:
@@ -248,22 +196,6 @@ class Fleet:
                 return None
             fallen = [s for s in live if s.state in (State.SUSPECT, State.DOWN) and s.checked and tried[s] < s.capacity]
             return min(fallen, key=lambda s: s.failed_at) if fallen else None
-
-    def take(self, server: Server) -> Transport:
-        """The server's transport for one attempt; ``give_back(server)`` when the attempt is over."""
-        with self._lock:
-            server.in_flight += 1
-            return server.transport
-
-    def give_back(self, server: Server) -> None:
-        """An attempt is over: a retired or replaced transport is closed once no attempt uses it."""
-        with self._lock:
-            server.in_flight -= 1
-            stale = self._unused_stale(server)
-            if server.retired and server.in_flight == 0:
-                stale.append(server.transport)
-        for old in stale:
-            old.close()
 
     def failed(self, server: Server, error: CallError) -> None:
         """A request's attempt failed on ``server`` with a status in ``FAILOVER``: others take requests first."""
@@ -310,12 +242,6 @@ class Fleet:
         """(under the lock)"""
         self._up = tuple(s for s in self._servers if s.state is State.UP and not s.retired)
 
-    # -- probing ----------------------------------------------------------------------------------------
-    def _schedule(self, server: Server, delay_s: float) -> None:
-        with self._lock:
-            if not (self._closed or server.retired or server.state is State.EXCLUDED):
-                self._prober.schedule(server, delay_s)
-
     def _probe(self, server: Server) -> None:
         """On the probing thread: is the server ready (and the same model, the first time)? Up, or down and later."""
         if self._closed or server.retired:
@@ -342,26 +268,6 @@ class Fleet:
         except MonaiTritonError as exc:  # not (or no longer) serving the model, or a signature read failed
             return health.Probe(health.Reason.NOT_READY, str(exc))
         return found
-
-    def _reconnect(self, server: Server) -> None:
-        """A new channel: gRPC keeps failing calls fast until its own reconnect backoff ends, whatever the server.
-        (gRPC only: its tensors are binary whatever the server, so nothing learnt at the check is lost.)"""
-        transport = connect(server.address.endpoint, self._settings, self._workers, balanced=server.address.balanced)
-        with self._lock:
-            server.stale.append(server.transport)
-            server.transport = transport
-            stale = self._unused_stale(server)
-        for old in stale:
-            old.close()
-        logger.debug("model %r: %s reconnected", self.model, server.label)
-
-    @staticmethod
-    def _unused_stale(server: Server) -> list[Transport]:
-        """(under the lock) The replaced transports no attempt uses any more, taken from the server."""
-        if server.in_flight:
-            return []
-        stale, server.stale = server.stale, []
-        return stale
 
     def _mark_down(self, server: Server, found: health.Probe) -> None:
         """(under the lock)"""
@@ -409,78 +315,3 @@ class Fleet:
             server.state, server.why = State.EXCLUDED, why
             self._refresh_up()
         logger.error("model %r: %s is never used: %s", self.model, server.label, why)
-
-    # -- names resolved again ---------------------------------------------------------------------------
-    def _resolve_later(self) -> None:
-        with self._lock:
-            if self._resolving or self._closed:
-                return
-            self._resolving = True
-            self._resolve_at = time.monotonic() + self._options.resolve_interval_s
-        self._prober.submit(self._resolve)
-
-    def _resolve(self) -> None:
-        """Resolve every name again: new addresses become NEW servers (probed now), vanished ones are retired."""
-        try:
-            wanted = {a.key: a for origin in self._origins for a in addresses_of(origin, self._resolver)}
-            with self._lock:
-                have = {s.address.key: s for s in self._servers if not s.retired}
-                gone = [s for key, s in have.items() if key not in wanted]
-                for server in gone:
-                    server.retired = True
-                    server.state = State.EXCLUDED
-                self._refresh_up()
-                self._servers = [s for s in self._servers if not (s.retired and s.in_flight == 0)]
-            for server in gone:
-                logger.info("model %r: %s is no longer an address of its name; dropped", self.model, server.label)
-                if server.in_flight == 0:
-                    server.transport.close()
-            for key, address in wanted.items():
-                if key not in have:
-                    server = self._add(address)
-                    logger.info("model %r: new server %s; checking it", self.model, server.label)
-                    self._schedule(server, 0.0)
-        finally:
-            self._resolving = False
-
-    def _add(self, address: Address) -> Server:
-        server = Server(address, connect(address.endpoint, self._settings, self._workers, balanced=address.balanced))
-        with self._lock:
-            self._servers.append(server)
-        return server
-
-    # -- server information and close -------------------------------------------------------------------
-    def statistics(self) -> dict[str, Any]:
-        """Triton's statistics of the model on every server: ``model_stats`` entries, each with its ``server``.
-
-        One server: its error is the caller's. Several: a server that cannot say is an entry with its ``error``.
-        """
-        entries: list[dict[str, Any]] = []
-        servers = self.servers
-        for server in servers:
-            try:
-                stats = self._statistics_of(server)
-            except MonaiTritonError as exc:
-                if len(servers) == 1:
-                    raise
-                entries.append({"server": server.label, "error": str(exc)})
-                continue
-            entries += [{**entry, "server": server.label} for entry in stats.get("model_stats", [])]
-        return {"model_stats": entries}
-
-    def _statistics_of(self, server: Server) -> dict[str, Any]:
-        if server.checked and not server.info.has(STATISTICS):  # an Open Inference Protocol server has none
-            raise ConfigError(f"model {self.model!r} on {server.label}: no statistics: {server.info.lacks(STATISTICS)}")
-        try:
-            return server.transport.statistics(self.model, timeout_s=CONTROL_TIMEOUT_S)
-        except CallError as exc:
-            raise to_public(exc, model=self.model, url=server.label) from exc
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            servers, self._servers = list(self._servers), []
-        self._prober.stop()
-        for server in servers:
-            for transport in [server.transport, *server.stale]:
-                transport.close()

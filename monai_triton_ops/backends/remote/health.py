@@ -57,12 +57,10 @@ from .protocol import UNKNOWN_SERVER, ServerInfo
 from .transports.base import Transport
 from .transports.credentials import Credentials
 from .transports.tls import check_handshake
-from .workers import Workers
+from .workers import JOIN_TIMEOUT_S, Workers
 
 logger = logging.getLogger(__name__)
 
-#: How long closing waits for the probing thread.
-_JOIN_TIMEOUT_S = 5.0
 #: One probe's deadline (each call of it); the whole wait has the caller's deadline.
 PROBE_TIMEOUT_S = 2.0
 #: How often the wait at open says it is still waiting.
@@ -336,4 +334,4 @@ class Prober:
             self._workers.submit(lambda _: job(), None)
 
     def stop(self) -> None:
-        self._workers.stop(join_timeout_s=_JOIN_TIMEOUT_S)
+        self._workers.stop(join_timeout_s=JOIN_TIMEOUT_S)

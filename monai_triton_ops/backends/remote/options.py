@@ -111,6 +111,11 @@ class RemoteOptions(BackendOptions):
             raise ConfigError(f"volume_output must be labels or scores, got {self.volume_output!r}")
         if self.compression not in ("none", "gzip", "deflate"):
             raise ConfigError(f"compression must be none, gzip or deflate, got {self.compression!r}")
+        if self.mode == "volume" and self.fallback == "torch":
+            raise ConfigError(
+                "fallback=torch runs windows in this process and mode=volume sends the whole volume to the server; "
+                "use one of them"
+            )
         check_credential_options(self)
         if self.max_batch_size is not None and (isinstance(self.max_batch_size, bool) or self.max_batch_size < 0):
             raise ConfigError(f"max_batch_size must be an integer >= 0, got {self.max_batch_size!r}")

@@ -19,7 +19,7 @@ from ...signature import ModelSignature
 from ..requests import Parameter
 from . import health
 from .health import Server
-from .protocol import check_local_config, read_signature
+from .protocol import Served, check_local_config, read_signature, server_info
 
 
 def served_name(model_name: str, mode: str) -> str:
@@ -55,6 +55,22 @@ def open_volume_model(
     served = read_signature(transport, network, version, timeout_s=CONTROL_TIMEOUT_S)
     check_local_config(served, repository, url=transport.url)
     return signature
+
+
+def describe_volume(
+    server: Server,
+    network: str,
+    version: int | None,
+    *,
+    model: str,
+    ready_timeout_s: float,
+    repository: str | Path | None,
+) -> Served:
+    """What the fleet learns of one server in volume mode: the whole-volume model ``model`` and its network,
+    checked (:func:`open_volume_model`), and what the server speaks. Triton only: the volume model is a
+    Python-backend model that runs MONAI's sliding window on the server."""
+    signature = open_volume_model(server, network, version, ready_timeout_s=ready_timeout_s, repository=repository)
+    return Served(signature, server_info(server.transport, model=model, timeout_s=CONTROL_TIMEOUT_S))
 
 
 def missing_volume_model(exc: ModelNotFoundError, network: str) -> ModelNotFoundError:
