@@ -92,7 +92,7 @@ class _Attempts:
 class Backoff:
     """``retries`` more rounds after the first, waiting ``base_s * 2**n`` (capped, jittered) before each: for a
     server that may recover in a moment (``UNAVAILABLE``: a model loading, a full queue, a shutdown), never past
-    the deadline, never for the model's own error (a client timeout does not stop the server's work, pitfall C8)."""
+    the deadline, never for the model's own error (a client timeout does not stop the server's work)."""
 
     retries: int
     base_s: float

@@ -152,8 +152,8 @@ class RegionPool:
 
     def _retire(self, region: SystemRegion, deadline: float | None) -> None:
         """Retire a grown slot's old region as a quarantined one: the server can hold a region a moment after
-        its last response ("currently in use": the region registered at open, grown by the first request), and a
-        single unregister then left it registered until the janitor's turn."""
+        its last response (Triton refuses to unregister a region in use, ``SharedMemoryManager::Unregister``), so
+        unregistering is tried again until it lets go, not once."""
         retired = Slot()
         retired.region = region
         with self._lock:
@@ -205,8 +205,8 @@ class RegionPool:
 
     def release(self, slot: Slot) -> None:
         """Give back a slot whose request got its response. Once ``close()`` has begun it is retired like a
-        quarantined one: the response can reach us a moment before the server lets go of the region ("currently
-        in use"), and a single unregister then left the region registered until the janitor's turn."""
+        quarantined one: the response can reach us a moment before the server lets go of the region (Triton
+        refuses to unregister a region in use), so unregistering is tried again until it lets go."""
         with self._lock:
             self._busy.discard(slot)
             if not self._closed:
@@ -315,7 +315,9 @@ def open_pool(
     ``mode`` is the ``shared_memory`` option: ``none`` never, ``auto`` when the server is on this host's loopback
     and lists Triton's ``system_shared_memory`` extension, ``system`` always (an error when it cannot work). A
     fleet of several servers (``transport`` ``None``; ``fleet`` names them) sends the body. A first region is
-    registered here, so that a server that refuses client shared memory (pitfall C9) is found at open.
+    registered here, so that a server that refuses client shared memory (started without
+    ``--allow-client-shm``, a restricted shared-memory endpoint, a container with its own ``/dev/shm``) is found
+    at open.
     """
     if mode == "cuda":
         raise BackendUnavailableError(

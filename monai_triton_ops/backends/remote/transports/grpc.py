@@ -9,7 +9,8 @@ with known crashes.
 
 Every call carries ``client_timeout`` (gRPC's own deadline). Channel arguments (:func:`channel_args`)
 are tritonclient's own defaults written out again, since passing ``channel_args`` replaces them and
-gRPC would fall back to its 4 MB receive limit (pitfall C5): the 2 GB message limits and keepalive,
+gRPC would fall back to its 4 MB receive limit (tritonclient's ``InferenceServerClient``: "if this argument
+is provided, it is expected the channel arguments are correct and complete"): the 2 GB limits and keepalive,
 plus two of ours. The channel reconnects to a server that went away at most every
 ``max_reconnect_backoff_s`` (gRPC's default grows to 120 s, so a restarted server would be left unused
 for minutes while calls fail fast); and a ``balanced`` channel (a TLS name over several addresses)
