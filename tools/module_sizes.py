@@ -17,12 +17,7 @@ MAX_LINES = 400
 
 #: Modules still over MAX_LINES (path relative to the package's parent -> the most lines it may have), each to
 #: be split by concept and then removed from here.
-ALLOWED: Mapping[str, int] = {
-    # the remote backend's fleet and its request loop: split when the remote request path is redesigned
-    # (issue 26, points 1 and 2)
-    "monai_triton_ops/backends/remote/fleet.py": 498,
-    "monai_triton_ops/backends/remote/backend.py": 509,
-}
+ALLOWED: Mapping[str, int] = {}
 
 
 def line_count(path: Path) -> int:

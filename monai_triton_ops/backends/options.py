@@ -40,6 +40,9 @@ class BackendOptions:
             raise ConfigError(f"option timeout_s must be > 0 seconds or None, got {self.timeout_s!r}")
         if isinstance(self.max_in_flight, bool) or self.max_in_flight < 1:
             raise ConfigError(f"option max_in_flight must be an integer >= 1, got {self.max_in_flight!r}")
+        for name, hint in _hints(type(self)).items():  # every backend's Literal options, however they were built
+            if get_origin(hint) is Literal and getattr(self, name) not in get_args(hint):
+                raise ConfigError(f"option {name}={getattr(self, name)!r} is not a {type_name(hint)}")
 
 
 def parse_options(options_type: type[BackendOptions], raw: Mapping[str, Any], *, backend: str) -> BackendOptions:

@@ -6,7 +6,7 @@ class of ``errors.py`` on each. Every foreign code is first read into one :class
 message text, with the one exception below), and :func:`to_public` makes the error the caller sees. The
 table lives here, beside the backends that use it, and imports neither the binding nor ``tritonclient``:
 callers pass the code as they got it (a Triton code's name, a gRPC status name, an HTTP status number).
-``remote/translate.py`` re-exports it for the remote transports.
+Each remote transport reads its wire's codes through it in one context manager (``remote/transports/``).
 
     Status            Triton code          gRPC status                    HTTP          -> raised as
     UNAVAILABLE       UNAVAILABLE          UNAVAILABLE                    429 502 503   -> ServerUnavailableError
@@ -29,7 +29,7 @@ records how the server sends each Triton code, and a test holds the table to it.
 
 The two readings of message text. Triton 2.51 reports a Python-backend stub that died (``os._exit``, a
 segfault, the OOM killer) as ``INTERNAL`` "Stub process '<instance>' is not healthy." and gives no other
-sign; the model stays READY and is not restarted (pitfall B2). That is the model's server side being gone,
+sign; the model stays READY and is not restarted. That is the model's server side being gone,
 not the model failing on this input, so it is :attr:`Status.MODEL_DOWN`: a ``ServerUnavailableError`` on
 every backend. The pattern is pinned by tests that kill a real stub on all three backends. And Triton 2.51
 refuses a gRPC call of a restricted protocol (``--grpc-restricted-protocol``) whose key header is missing or

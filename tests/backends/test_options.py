@@ -83,3 +83,13 @@ def test_unknown_options_list_every_accepted_option_with_its_type() -> None:
     assert "timeout_s (float | None)" in message
     assert "headers (tuple[str, ...])" in message
     assert "ca_file (Path | None)" in message
+
+
+def test_a_literal_option_is_checked_however_the_options_are_built() -> None:
+    """One check of every ``Literal`` option, in ``BackendOptions``: no backend repeats it for its own fields."""
+    from monai_triton_ops.backends.remote.options import RemoteOptions
+
+    for name, bad in (("shared_memory", "gpu"), ("compression", "zstd"), ("mode", "slab"), ("fallback", "onnx")):
+        with pytest.raises(ConfigError, match=rf"option {name}='{bad}' is not a '"):
+            RemoteOptions(**{name: bad})  # type: ignore[arg-type]
+    assert RemoteOptions(shared_memory="none", volume_output="scores").volume_output == "scores"

@@ -15,7 +15,6 @@ import pytest
 
 from monai_triton_ops import errors, exits
 from monai_triton_ops.backends import status
-from monai_triton_ops.backends.remote import translate
 from monai_triton_ops.backends.status import Status
 from monai_triton_ops.bindings.enums import TRITONSERVER_Error_Code
 
@@ -51,17 +50,17 @@ def test_every_triton_error_code_maps_to_a_named_class(code: TRITONSERVER_Error_
 
 @pytest.mark.parametrize("code", [c for c in grpc.StatusCode if c is not grpc.StatusCode.OK], ids=lambda c: c.name)
 def test_every_grpc_status_maps_to_a_named_class(code: grpc.StatusCode) -> None:
-    error = translate.from_grpc_status(str(code), "text")  # tritonclient's form: "StatusCode.UNAVAILABLE"
+    error = status.from_grpc_status(str(code), "text")  # tritonclient's form: "StatusCode.UNAVAILABLE"
     assert error.status is status.GRPC.get(code.name, Status.INTERNAL)
-    assert translate.from_grpc_status(code.name, "text").status is error.status
-    assert _named(type(translate.to_public(error, model="m", url="grpc://h:1")))
+    assert status.from_grpc_status(code.name, "text").status is error.status
+    assert _named(type(status.to_public(error, model="m", url="grpc://h:1")))
 
 
 @pytest.mark.parametrize("code", [c for c in http.HTTPStatus if c >= 400], ids=lambda c: str(c.value))
 def test_every_http_error_status_maps_to_a_named_class(code: http.HTTPStatus) -> None:
-    error = translate.from_http_status(str(code.value), "text")  # tritonclient's form: "404"
+    error = status.from_http_status(str(code.value), "text")  # tritonclient's form: "404"
     assert error.status is status.HTTP.get(code.value, Status.INTERNAL)
-    assert _named(type(translate.to_public(error, model="m", url="http://h:1")))
+    assert _named(type(status.to_public(error, model="m", url="http://h:1")))
 
 
 def test_the_table_knows_only_real_codes() -> None:
@@ -137,20 +136,6 @@ def test_socket_failures() -> None:
     ids=lambda v: v.name if isinstance(v, Status) else "",
 )
 def test_the_public_error_names_model_and_server(state: Status, cls: type[Exception], words: str) -> None:
-    error = translate.to_public(translate.CallError(state, "why"), model="seg", url="grpc://h:1", waited_s=1.5)
+    error = status.to_public(status.CallError(state, "why"), model="seg", url="grpc://h:1", waited_s=1.5)
     assert type(error) is cls
     assert str(error).startswith(f"model 'seg' on grpc://h:1: {words}")
-
-
-def test_the_remote_names_are_the_tables() -> None:
-    """``translate`` keeps its public names for the remote transports; they are the table's, not copies."""
-    for name in (
-        "CallError",
-        "Status",
-        "TRANSIENT",
-        "from_grpc_status",
-        "from_http_status",
-        "from_os_error",
-        "to_public",
-    ):
-        assert getattr(translate, name) is getattr(status, name)

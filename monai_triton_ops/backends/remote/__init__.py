@@ -1,32 +1,30 @@
-"""The remote Triton backend (``grpc://``, ``grpcs://``, ``http://``, ``https://``), one module per concern.
+"""The remote Triton backend (``grpc://``, ``grpcs://``, ``http://``, ``https://``), one room per concern.
 
-A request, from the base's ``submit()`` to the wire, passes five of them (``docs/remote.md``):
+A request, from the base's ``submit()`` to the wire (``docs/architecture.md`` draws the whole path):
 
-backend.py         RemoteBackend: open (readiness, signature, shared memory choice); per request, on a worker,
-                   the attempt loop over the fleet bounded by the deadline; close
-fleet.py           the servers: which one takes the next attempt, which are down, a mixed fleet refused
+backend.py         RemoteBackend: the contract's hooks; per request, on a worker (or the caller's thread over
+                   gRPC), the attempt loop over the fleet bounded by the deadline, with its Backoff; close
+fleet.py           which server takes the next attempt, which are down, probing them back (health and choice)
+members.py         the servers a fleet's endpoints stand for and their transports (names resolved again)
 exchange.py        one attempt: where its tensors go (slot or body), the blocking call, outputs (leased views)
-grpc_transport.py  tritonclient gRPC: one thread-safe client, blocking calls, a deadline on each
-http_transport.py  tritonclient HTTP: one client per worker thread (gevent is not thread-safe)
+transports/        tritonclient gRPC (one thread-safe client) and HTTP (one client per worker thread), each
+                   mapping its library's exceptions in one place; TLS and credentials; the tensor codec;
+                   connect(): the transport for one endpoint
+shm/               system shared memory: regions (naming, cleanup at close/exit/SIGTERM/fork), the pool of
+                   slots and leases and the choice at open, the janitor process for a client that died
 
 and around them:
 
-workers.py         the one worker pool: threads that run whole requests and own per-thread clients
-transport.py       the neutral transport interface, and the request builder both protocols share
-endpoints.py       where the servers are (Endpoint, a name's addresses), how to reach them (TransportSettings)
-connect.py         the transport for one endpoint (gRPC or HTTP)
-probing.py         each server's state, and its probes off the request path
-readiness.py       is the model ready on a server, and why not (refused, loading...); the visible wait at open
-fallback.py        fallback=torch: the model in this process when no server can take a request
-credentials.py     TLS material and auth headers, secrets named by env:/file: references, redaction
-tls.py             what gRPC and HTTP are given for TLS; a handshake that says what TLS failure it is
+opening.py         what open builds: the fleet ready and described, how tensors travel, the exchange
+health.py          is the model ready on a server, and why not (refused, loading...); the visible wait at open;
+                   each server's state, and its probes off the request path
 protocol.py        what a server speaks (Triton's extensions or the bare Open Inference Protocol), and so
-                   where the signature comes from: the model config, or the model metadata
-shm.py, pool.py    system shared memory regions: naming, cleanup at close/exit/SIGTERM/fork; slots and leases
-janitor.py         a watcher process that cleans up the regions of a client that died
-server_model.py    the signature from a Triton server's model config, compared with a local config.pbtxt
-translate.py       tritonclient errors -> status -> this package's errors, by status code
-retry.py           bounded exponential backoff inside the deadline
+                   where the signature comes from: the model config, or the model metadata; compared with a
+                   local config.pbtxt and between servers
+endpoints.py       where the servers are (Endpoint, a name's addresses)
+workers.py         the one worker pool: threads that run whole requests and own per-thread clients
+volume.py          mode=volume: the whole-volume model beside the network
+fallback.py        fallback=torch: the model in this process when no server can take a request
 options.py         RemoteOptions
 """
 

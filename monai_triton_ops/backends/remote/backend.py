@@ -1,38 +1,25 @@
 """``RemoteBackend``: a model served by Triton servers, over gRPC or HTTP (``grpc://``, ``http://``, TLS variants).
 
-Open: wait (visibly) until a server of the fleet is ready within ``ready_timeout_s`` (a TLS failure
-with a server is a ``ConfigError`` at once, not a wait: ``readiness.py``), describe every ready server
-(``protocol.py``: Triton's model config, or an Open Inference Protocol server's model metadata; the
-signature with MONAI metadata, compared with a local ``config.pbtxt`` when the caller's repository has
-one) and check they serve the same model, and, when tensors go through shared memory (one server on
-this host, with Triton's extension only), register a first region (so a server that refuses client
-shared memory is found at open: ``auto`` falls back to the wire with one warning, ``system`` fails).
-With ``fallback=torch``, no server ready means the model runs in this process.
-
-A request, from the base's ``submit()`` to the wire (``docs/remote.md`` draws it):
+Open is ``opening.py``. A request, from the base's ``submit()`` to the wire (``docs/architecture.md`` draws it):
 
     _submit(request)                        queue put on the worker pool (workers.py): never blocks
     _run(ticket)       on a worker thread:  the attempt loop below, bounded by the request's deadline
-                       (or on the caller's: _infer_here)
+                       (or on the caller's, over gRPC: _infer_here; HTTP clients belong to the workers)
       fleet.pick(tried)                     the server for this attempt (fleet.py)
-      exchange.send(transport, request)     one attempt: slot or body, one blocking call, outputs (exchange.py)
-        transport.infer(...)                tritonclient, a deadline on the call (grpc_/http_transport.py)
+      exchange.send(transport, request)     one attempt: slot or body, one blocking call (transports/), outputs
 
-One pool, one future per request (the pool's), attempts as a plain loop on the worker: a failure of
-the server (``fleet.FAILOVER``: unavailable, connection lost, its model process gone) goes at once to
-another server this request has not tried; when every server has been tried, a transient error waits
-its backoff there (ended early by a cancel) and a new round starts while ``retries`` and the deadline
-allow. An error the model reported, or the deadline, ends the loop at once.
-
-Over gRPC, ``infer()`` runs ``_run`` on the caller's thread instead (``_infer_here``: no hand-off), the
-same loop: failover, backoff (cut short by ``close()``'s cancel) and the fallback all keep the request's
-deadline on any thread. HTTP clients belong to the workers' threads, so HTTP requests always go to the pool.
+One pool, one future per request (the pool's). A failure of the server (``fleet.FAILOVER``) goes at once to
+another server this request has not tried; when every server has been tried, a transient error waits its
+:class:`Backoff` (ended early by a cancel) and a new round starts while ``retries`` and the deadline allow; an
+error the model reported, or the deadline, ends the loop; with ``fallback=torch`` a request no server can
+take runs in this process (``fallback.py``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import random
 import threading
 import time
 from collections import Counter
@@ -44,35 +31,26 @@ from typing import Any
 
 from ...errors import (
     BackendStateError,
-    BackendUnavailableError,
     ConfigError,
-    ModelNotFoundError,
-    ServerUnavailableError,
 )
+from ...server.health import CONTROL_TIMEOUT_S
 from ...signature import ModelSignature
 from ..base import ArrayLike, Availability, BaseBackend, InferRequest
 from ..options import BackendOptions
-from . import shm
-from .endpoints import TransportSettings, spec_endpoints
+from ..status import CallError, Status, to_public
+from .endpoints import spec_endpoints
 from .exchange import Exchange, Outputs
 from .fallback import TorchFallback
 from .fleet import FAILOVER, Fleet
+from .health import Server
+from .opening import Target, open_remote
 from .options import RemoteOptions
-from .pool import RegionPool
-from .probing import Server
-from .protocol import SYSTEM_SHARED_MEMORY, Served, server_info
-from .retry import Backoff
-from .tls import check_tls_options
-from .translate import CallError, Status, to_public
-from .volume import missing_volume_model, open_volume_model, served_name, volume_parameters
-from .workers import Workers
+from .shm.region import live_regions
+from .transports.tls import check_tls_options
+from .volume import served_name
+from .workers import JOIN_TIMEOUT_S, Workers
 
 logger = logging.getLogger(__name__)
-
-#: Deadline of the control calls made at open and close (metadata, config, registrations).
-_CONTROL_TIMEOUT_S = 10.0
-#: How long ``close()`` waits for each worker thread to end once its last call has.
-_JOIN_TIMEOUT_S = 5.0
 
 
 class _Ticket:
@@ -108,6 +86,28 @@ class _Attempts:
     rounds: int = 0
     last: CallError | None = None
     where: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Backoff:
+    """``retries`` more rounds after the first, waiting ``base_s * 2**n`` (capped, jittered) before each: for a
+    server that may recover in a moment (``UNAVAILABLE``: a model loading, a full queue, a shutdown), never past
+    the deadline, never for the model's own error (a client timeout does not stop the server's work)."""
+
+    retries: int
+    base_s: float
+    cap_s: float
+
+    def delay_s(self, attempt: int, deadline: float | None) -> float | None:
+        """Seconds to wait before attempt ``attempt + 1`` (``attempt`` >= 1 done), or ``None``: give up (the
+        retries are spent, or waiting would leave no time before ``deadline``, a ``time.monotonic()`` value)."""
+        if attempt > self.retries:
+            return None
+        delay = float(min(self.cap_s, self.base_s * 2 ** (attempt - 1)))
+        delay *= 0.5 + random.random() / 2  # noqa: S311 - jitter, not cryptography
+        if deadline is not None and time.monotonic() + delay >= deadline:
+            return None
+        return delay
 
 
 #: The transport of each scheme, as the run line names it.
@@ -146,22 +146,11 @@ class RemoteBackend(BaseBackend):
             self.endpoints = spec_endpoints(self.urls, options.servers)
         except ConfigError as exc:
             raise ConfigError(f"model {model_name!r}: {exc}") from exc
-        if not self.endpoints:
-            raise ConfigError(f"model {model_name!r}: a remote backend needs a server URL, e.g. grpc://HOST:8001")
-        if len({e.scheme for e in self.endpoints}) > 1:
-            raise ConfigError(
-                f"model {model_name!r}: every server of one backend needs the same scheme, got {self.urls}"
-            )
         self.url = ",".join(e.url for e in self.endpoints)
         if options.shared_memory == "system" and len(self.endpoints) > 1:
             raise ConfigError(
                 f"model {model_name!r}: shared_memory=system needs one server on this host, and {self.url} is "
                 f"{len(self.endpoints)}; use shared_memory=auto or none"
-            )
-        if options.mode == "volume" and options.fallback == "torch":
-            raise ConfigError(
-                f"model {model_name!r}: fallback=torch runs windows in this process and mode=volume sends the whole "
-                "volume to the server; use one of them"
             )
         self._backoff = Backoff(retries=options.retries, base_s=options.backoff_s, cap_s=options.max_backoff_s)
         self._fallback: TorchFallback | None = None
@@ -204,129 +193,29 @@ class RemoteBackend(BaseBackend):
     # -- open ---------------------------------------------------------------------------------------
     def _open(self) -> ModelSignature:
         options = self.remote_options
-        settings = TransportSettings.from_options(options)
         if options.fallback == "torch":  # a fallback that could never run fails now, not when it is needed
             self._fallback = TorchFallback(
                 self.model_name, self.model_repository, self.version, max_in_flight=options.max_in_flight
             )
-        workers = Workers(f"remote-{self.model_name}", options.max_in_flight)
-        fleet: Fleet | None = None
-        try:
-            volume = options.mode == "volume"
-            fleet = Fleet(
-                self.model_name,
-                None if volume else self.version,  # in volume mode the version is the network's, a parameter
-                self.endpoints,
-                settings,
-                workers,
-                options,
-                repository=self.model_repository,
-                describe=self._describe_volume if volume else None,
-            )
-            signature = self._open_fleet(fleet, options)
-            only = fleet.only_server()
-            if only is None:
-                self._refuse_system_shm(fleet, options)
-            pool = self._make_pool(only, options) if only is not None else None
-            if pool is not None:
-                fleet.pin()
-        except BaseException:
-            if fleet is not None:
-                fleet.close()
-            if self._fallback is not None:
-                self._fallback.close()
-            workers.stop(join_timeout_s=_JOIN_TIMEOUT_S)
-            raise
-        self._workers, self._fleet, self._any_thread = workers, fleet, fleet.any_thread
-        version, parameters = "" if self.version is None else str(self.version), {}
-        if options.mode == "volume":  # the version asked for is the network's, sent along as a parameter
-            version, parameters = "", volume_parameters(self.version)
-        self._exchange = Exchange(
-            signature, version, pool, fallback=options.shared_memory == "auto", parameters=parameters
-        )
-        servers = len(fleet.servers)
-        logger.info(
-            "%r: %d server(s), tensors via %s", self, servers, "system shared memory" if pool else "the request body"
-        )
-        return signature
-
-    def _open_fleet(self, fleet: Fleet, options: RemoteOptions) -> ModelSignature:
-        """The fleet's signature (each server's checked against the local config); or the fallback's, when no
-        server is ready."""
-        try:
-            return fleet.open(options.ready_timeout_s)
-        except ModelNotFoundError as exc:
-            if options.mode == "volume":
-                raise missing_volume_model(exc, self.network) from exc
-            raise
-        except ServerUnavailableError as exc:
-            if self._fallback is None:
-                raise
-            signature = self._fallback.open(str(exc))
-            fleet.adopt(signature)
-            return signature
-
-    def _describe_volume(self, server: Server) -> Served:
-        """One server's whole-volume model and its network, checked (``volume.py``). Triton only: the volume model
-        is a Python-backend model that runs MONAI's sliding window on the server."""
-        signature = open_volume_model(
-            server,
-            self.network,
-            self.version,
-            ready_timeout_s=self.remote_options.ready_timeout_s,
+        target = Target(
+            model=self.model_name,
+            network=self.network,
+            version=self.version,
+            endpoints=self.endpoints,
+            url=self.url,
             repository=self.model_repository,
         )
-        return Served(signature, server_info(server.transport, model=self.model_name, timeout_s=_CONTROL_TIMEOUT_S))
-
-    def _refuse_system_shm(self, fleet: Fleet, options: RemoteOptions) -> None:
-        """Several servers (or a name that may resolve to several): tensors travel in the request body."""
-        self._refuse_cuda(options)
-        if options.shared_memory == "system":
-            raise ConfigError(
-                f"model {self.model_name!r}: shared_memory=system needs one server on this host, and {fleet.label} "
-                "stands for several; use shared_memory=auto or none"
-            )
-
-    def _refuse_cuda(self, options: RemoteOptions) -> None:
-        if options.shared_memory == "cuda":
-            raise BackendUnavailableError(
-                f"{self.url}: shared_memory=cuda needs a GPU and cuda-python; it is not supported by this build yet "
-                "(use auto, system or none)"
-            )
-
-    def _make_pool(self, server: Server, options: RemoteOptions) -> RegionPool | None:
-        self._refuse_cuda(options)
-        mode, transport = options.shared_memory, server.transport
-        if mode == "none" or (mode == "auto" and not self.endpoints[0].is_loopback):
-            return None
-        if not server.info.has(SYSTEM_SHARED_MEMORY):
-            if mode == "system":
-                raise ConfigError(
-                    f"model {self.model_name!r}: shared_memory=system, but {server.info.lacks(SYSTEM_SHARED_MEMORY)} "
-                    f"at {self.url} (use shared_memory=auto or none)"
-                )
-            logger.info("%s: %s; tensors go in the request body", self.url, server.info.lacks(SYSTEM_SHARED_MEMORY))
-            return None
-        shm.remove_stale_regions(lambda name: transport.unregister_system_shm(name, timeout_s=1.0))
-        pool = RegionPool(transport, max_slots=options.max_in_flight + 4)
         try:
-            pool.release(pool.acquire(shm.PAGE))  # the server must accept a region now, not at the first request
-        except (CallError, OSError) as exc:
-            pool.close(time.monotonic())
-            reason = exc.message if isinstance(exc, CallError) else str(exc)
-            if mode == "system":
-                raise ConfigError(
-                    f"model {self.model_name!r}: shared_memory=system, but {self.url} cannot use this host's "
-                    f"system shared memory: {reason} (use shared_memory=auto or none)"
-                ) from exc
-            logger.warning(
-                "%s refuses client shared memory (%s); tensors of model %r go in the request body",
-                self.url,
-                reason,
-                self.model_name,
-            )
-            return None
-        return pool
+            opened = open_remote(target, options, self._fallback)
+        except BaseException:
+            if self._fallback is not None:
+                self._fallback.close()
+            raise
+        self._workers, self._fleet, self._exchange = opened.workers, opened.fleet, opened.exchange
+        self._any_thread = opened.fleet.any_thread
+        via = "the request body" if opened.exchange.pool is None else "system shared memory"
+        logger.info("%r: %d server(s), tensors via %s", self, len(opened.fleet.servers), via)
+        return opened.signature
 
     # -- requests -----------------------------------------------------------------------------------
     def _submit(self, request: InferRequest) -> Future[Mapping[str, ArrayLike]]:
@@ -464,13 +353,13 @@ class RemoteBackend(BaseBackend):
         if os.getpid() != self._pid:  # a forked child: the parent's channels, threads and regions are not ours
             return
         if exchange is not None and exchange.pool is not None:
-            exchange.pool.close(time.monotonic() + _CONTROL_TIMEOUT_S)
+            exchange.pool.close(time.monotonic() + CONTROL_TIMEOUT_S)
         if fleet is not None:
             fleet.close()
         if self._fallback is not None:
             self._fallback.close()
         if workers is not None:
-            workers.stop(join_timeout_s=_JOIN_TIMEOUT_S)
+            workers.stop(join_timeout_s=JOIN_TIMEOUT_S)
 
     # -- server information -------------------------------------------------------------------------
     @property
@@ -487,10 +376,8 @@ class RemoteBackend(BaseBackend):
         return {} if fleet is None else {s.label: s.state.value for s in fleet.servers}
 
     def statistics(self) -> dict[str, Any]:
-        """Triton's inference statistics for this model (executions, requests, queue and compute times).
-
-        With several servers, ``model_stats`` holds every server's entries, each with its ``server``.
-        """
+        """Triton's inference statistics for this model (executions, requests, queue and compute times); with several
+        servers, ``model_stats`` holds every server's entries, each with its ``server``."""
         fleet = self._fleet
         if fleet is None:
             raise BackendStateError(f"{self!r}: statistics() needs an open backend")
@@ -503,7 +390,7 @@ class RemoteBackend(BaseBackend):
         if only is None:
             return []
         try:
-            names = only.transport.system_shm_names(timeout_s=_CONTROL_TIMEOUT_S)
+            names = only.transport.system_shm_names(timeout_s=CONTROL_TIMEOUT_S)
         except CallError as exc:
             raise to_public(exc, model=self.model_name, url=self.url) from exc
-        return [n for n in names if n in set(shm.live_regions())]
+        return [n for n in names if n in set(live_regions())]

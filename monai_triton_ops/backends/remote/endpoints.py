@@ -1,9 +1,8 @@
-"""Where the servers are and how to reach them: a backend's endpoints and its transport settings.
+"""Where the servers are: a backend's endpoints, and the addresses a name stands for.
 
 A spec's URLs (``grpc://h1:8001``) and the ``servers`` option become :class:`Endpoint` values
-(:func:`spec_endpoints`); every endpoint of a backend is reached with the same :class:`TransportSettings`
-(TLS material and auth headers from ``credentials.py``, compression, keepalive, reconnect backoff),
-built once from the options; ``connect.py`` makes the transport for one endpoint from them.
+(:func:`spec_endpoints`); how every endpoint is spoken to is ``transports/`` (``TransportSettings``, and
+``transports.connect`` for the transport of one endpoint).
 
 A name can stand for several servers (a Kubernetes headless Service answers with the address of every
 ready pod): :func:`addresses_of` resolves an endpoint into the :class:`Address` values the fleet dials.
@@ -21,12 +20,10 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from ...errors import ConfigError
-from .credentials import Credentials, load_credentials
-from .options import RemoteOptions
 
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
@@ -61,25 +58,6 @@ class Endpoint:
     @property
     def is_loopback(self) -> bool:
         return is_loopback(self.host)
-
-
-@dataclass(frozen=True, kw_only=True)
-class TransportSettings:
-    """How every endpoint of one backend is spoken to; made once from the options (files read here, not per call)."""
-
-    credentials: Credentials = field(default_factory=Credentials)  # TLS material and headers (credentials.py)
-    compression: str | None = None  # gRPC message compression: gzip, deflate
-    keepalive_s: float | None = None  # gRPC keepalive ping period
-    max_reconnect_backoff_s: float | None = None  # gRPC: reconnect to a server that went away at least this often
-
-    @classmethod
-    def from_options(cls, options: RemoteOptions) -> TransportSettings:
-        return cls(
-            credentials=load_credentials(options),
-            compression=None if options.compression == "none" else options.compression,
-            keepalive_s=options.keepalive_s,
-            max_reconnect_backoff_s=options.max_probe_backoff_s,
-        )
 
 
 @dataclass(frozen=True)
@@ -131,7 +109,8 @@ def addresses_of(origin: Endpoint, resolver: Resolver = resolve) -> list[Address
 
 
 def spec_endpoints(urls: Sequence[str], servers: Sequence[str]) -> tuple[Endpoint, ...]:
-    """The spec's URLs, then the ``servers`` option's (``HOST:PORT`` or a URL of the same scheme), once each."""
+    """The spec's URLs, then the ``servers`` option's (``HOST:PORT`` or a URL of the same scheme), once each; at
+    least one, all of one scheme (``ConfigError`` otherwise)."""
     endpoints = [Endpoint.parse(url) for url in urls]
     scheme = endpoints[0].scheme if endpoints else "grpc"
     for entry in servers:
@@ -146,6 +125,10 @@ def spec_endpoints(urls: Sequence[str], servers: Sequence[str]) -> tuple[Endpoin
                 f"option servers: {entry!r} is not HOST:PORT (or {scheme}://HOST:PORT, the spec's scheme)"
             )
         endpoints.append(Endpoint.parse(f"{scheme}://{parts.netloc}"))
+    if not endpoints:
+        raise ConfigError("a remote backend needs a server URL, e.g. grpc://HOST:8001")
+    if len({e.scheme for e in endpoints}) > 1:
+        raise ConfigError(f"every server of one backend needs the same scheme, got {urls}")
     return tuple(dict.fromkeys(endpoints))
 
 

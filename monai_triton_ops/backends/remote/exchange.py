@@ -3,7 +3,7 @@
 Inputs are written into a shared memory slot (or carried in the request body); outputs are written by
 the server into the same slot when their size is known from an earlier response with the same input
 shapes (else they come back in the response body). Outputs in the slot are handed out as views and
-the slot stays leased until the caller drops them (``pool.py``); outputs from the body are copied
+the slot stays leased until the caller drops them (``shm/pool.py``); outputs from the body are copied
 once into buffers lent to the caller (``leases.py``), reused once the caller's arrays are gone.
 
 An output that outgrew its place in the slot (Triton says ``INTERNAL`` for that, as for a model error)
@@ -15,23 +15,22 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from ...errors import InferenceError
 from ...signature import ModelSignature, dtype_to_numpy
 from ..leases import BufferPool
 from ..requests import Parameter
-from .pool import PoolExhausted, RegionPool, Slot, aligned
-from .translate import CallError, Status
-from .transport import ShmRef, Transport, WireInput, WireOutput, WireResult
+from ..status import CallError, Status
+from .shm.layout import SIZE_MEMORY, Key, Layout, OutputSizes, place
+from .shm.pool import PoolExhausted, RegionPool, Slot
+from .transports.base import ShmRef, Transport, WireInput, WireOutput, WireResult
+from .transports.codec import to_numpy
 
 if TYPE_CHECKING:
     from ..base import InferRequest
@@ -39,41 +38,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 Outputs = dict[str, Any]
-Key = tuple[Any, ...]
-#: Input shapes remembered with the output sizes they produced (bounded: shapes can vary without end).
-_SIZE_MEMORY = 64
 #: Shared memory requests whose wire objects are kept (slots x request shapes in use).
 _KEPT_WIRES = 256
 #: Statuses after which the server may still read or write a request's slot.
 _UNFINISHED = frozenset({Status.DEADLINE, Status.CANCELLED, Status.UNAVAILABLE})
-
-
-class OutputSizes:
-    """Bytes each output took for given input shapes: the place reserved for it in the next slot."""
-
-    def __init__(self) -> None:
-        self._sizes: OrderedDict[Key, dict[str, int]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: Key) -> dict[str, int] | None:
-        with self._lock:
-            sizes = self._sizes.get(key)
-            if sizes is not None:
-                self._sizes.move_to_end(key)
-            return sizes
-
-    def learn(self, key: Key, sizes: dict[str, int]) -> bool:
-        """Remember the sizes (the larger of old and new); whether anything changed."""
-        with self._lock:
-            known = self._sizes.get(key)
-            if known is not None and all(known.get(n, -1) >= b for n, b in sizes.items()):
-                return False
-            known = known or {}
-            self._sizes[key] = {n: max(b, known.get(n, 0)) for n, b in sizes.items()}
-            self._sizes.move_to_end(key)
-            while len(self._sizes) > _SIZE_MEMORY:
-                self._sizes.popitem(last=False)
-            return True
 
 
 @dataclass
@@ -83,13 +51,6 @@ class _Plan:
     slot: Slot | None = None
     reserved: dict[str, ShmRef] = field(default_factory=dict)
     deadline: float | None = None  # the request's: calls made for it on the way (a registration) end by then
-
-
-@dataclass(frozen=True, eq=False)  # compared and hashed by identity: a key of ``Exchange._wires``
-class _Layout:
-    inputs: tuple[tuple[int, int], ...]  # (offset, bytes) of each input, in order
-    outputs: dict[str, tuple[int, int]]  # (offset, bytes) reserved for outputs of a known size
-    size: int
 
 
 @dataclass(frozen=True)
@@ -125,11 +86,12 @@ class Exchange:
         #: ``shared_memory=auto``: a slot that cannot be had (``/dev/shm`` full) sends that request in the body.
         self.fallback = fallback
         self.sizes = OutputSizes()
-        self._layouts: dict[Key, _Layout] = {}
-        self._wires: dict[tuple[str, _Layout], _Wire] = {}
+        self._layouts: dict[Key, Layout] = {}
+        self._wires: dict[tuple[str, Layout], _Wire] = {}
         self._buffers = BufferPool()  # outputs from response bodies
         self._input_types = {spec.name: spec.dtype for spec in signature.inputs}
         self._output_types = {spec.name: (spec.dtype, dtype_to_numpy(spec.dtype)) for spec in signature.outputs}
+        self._body_outputs = frozenset(spec.name for spec in signature.outputs if spec.dtype == "BYTES")
 
     @property
     def name(self) -> str:
@@ -213,7 +175,7 @@ class Exchange:
         return _Plan(wire.inputs, wire.outputs, slot, wire.reserved, deadline)
 
     def _wire(
-        self, region: str, layout: _Layout, arrays: dict[str, np.ndarray], outputs: tuple[str, ...], *, keep: bool
+        self, region: str, layout: Layout, arrays: dict[str, np.ndarray], outputs: tuple[str, ...], *, keep: bool
     ) -> _Wire:
         """The tensors of a request in ``region`` placed by ``layout``; kept (a transport keeps what it builds from
         the same objects: ``RequestBuilder``)."""
@@ -229,25 +191,15 @@ class Exchange:
             self._wires[(region, layout)] = wire
         return wire
 
-    def _layout(self, arrays: dict[str, np.ndarray], outputs: tuple[str, ...], key: Key | None) -> _Layout:
-        """Inputs, then the outputs whose size is known, at aligned offsets of one slot; kept per request shape."""
+    def _layout(self, arrays: dict[str, np.ndarray], outputs: tuple[str, ...], key: Key | None) -> Layout:
+        """Where the request's tensors sit in its slot (``shm/layout.py``); kept per request shape."""
         layout = self._layouts.get(key) if key is not None else None
         if layout is not None:
             return layout
-        in_places, offset = [], 0
-        for array in arrays.values():
-            in_places.append((offset, array.nbytes))
-            offset = aligned(offset + array.nbytes)
         sizes = self.sizes.get(key) if key is not None else None
-        out_places: dict[str, tuple[int, int]] = {}
-        for name in outputs:
-            if sizes is None or name not in sizes or self._output_types[name][0] == "BYTES":
-                continue
-            out_places[name] = (offset, max(1, sizes[name]))
-            offset = aligned(offset + max(1, sizes[name]))
-        layout = _Layout(tuple(in_places), out_places, max(offset, 1))
+        layout = place([a.nbytes for a in arrays.values()], outputs, sizes, in_body=self._body_outputs)
         if key is not None and sizes is not None:
-            if len(self._layouts) >= _SIZE_MEMORY:
+            if len(self._layouts) >= SIZE_MEMORY:
                 self._layouts.clear()
             self._layouts[key] = layout
         return layout
@@ -332,17 +284,3 @@ def _body_array(model: str, name: str, shape: tuple[int, ...], result: WireResul
     if tuple(array.shape) != shape:
         raise InferenceError(f"model {model!r} output {name!r}: shape {list(array.shape)}, declared {list(shape)}")
     return array
-
-
-def to_numpy(value: Any) -> np.ndarray:
-    """A C-contiguous numpy array of a caller's input (torch on any device, numpy, or a MetaTensor)."""
-    if isinstance(value, torch.Tensor):
-        tensor = value.detach()
-        if type(tensor) is not torch.Tensor:
-            tensor = tensor.as_subclass(torch.Tensor)
-        if tensor.device.type != "cpu":
-            tensor = tensor.cpu()
-        if tensor.dtype == torch.bfloat16:
-            tensor = tensor.view(torch.uint16)
-        return np.ascontiguousarray(tensor.numpy())
-    return np.ascontiguousarray(value)

@@ -16,13 +16,11 @@ Service stands for every ready pod), each a :class:`Server` with a transport of 
 Every server is described on its own when first found ready (``protocol.describe_model``): what it speaks
 (Triton's extensions, or the bare Open Inference Protocol), and so where its signature comes from and
 whether its HTTP tensors go binary; every server is reached with the backend's one set of TLS material
-and headers, and a TLS failure with any of them is told apart from a server that is down (``readiness.py``).
+and headers, and a TLS failure with any of them is told apart from a server that is down (``health.py``).
 
-Probes run off the request path (``probing.py``); when no server is up, every server not up is probed at
-once. A probe that finds a server accepting connections while its gRPC channel still fails replaces the
-channel (gRPC would wait out its own reconnect backoff first). Names are resolved again every
-``resolve_interval_s`` on the probing thread: an address that appears is a NEW server, one that is gone is
-retired (its transport closed once no request uses it).
+Probes run off the request path (``health.Prober``); when no server is up, every server not up is probed at
+once. Which servers there are (names resolved again, servers retired) and their transports (replaced, closed
+once no attempt uses them) is the base class, ``members.py``.
 
 ``pick(tried)`` is the request path's one question: an UP server this request has not tried, round
 robin; when no server is up, a SUSPECT or DOWN one that was checked (the request is then the probe: a
@@ -33,30 +31,26 @@ from __future__ import annotations
 
 import itertools
 import logging
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from ...errors import ConfigError, MonaiTritonError
+from ...server.health import CONTROL_TIMEOUT_S
 from ...signature import ModelSignature
-from . import readiness
-from .connect import connect
-from .endpoints import Address, Endpoint, Resolver, TransportSettings, addresses_of, is_name, resolve
+from ..status import CallError, Status, to_public
+from . import health
+from .endpoints import Endpoint, Resolver, resolve
+from .health import Server, State
+from .members import Members
 from .options import RemoteOptions
-from .probing import Prober, Server, State
-from .protocol import BINARY_TENSORS, STATISTICS, Served, describe_model
-from .server_model import differences
-from .translate import CallError, Status, to_public
-from .transport import Transport
+from .protocol import BINARY_TENSORS, Served, describe_model, mismatch
+from .transports.base import TransportSettings
 from .workers import Workers
 
 logger = logging.getLogger(__name__)
 
-#: Deadline of the control calls of a probe or a statistics read.
-_CONTROL_TIMEOUT_S = 10.0
 #: Statuses after which a request goes to another server: the server, not the request, failed.
 FAILOVER = frozenset({Status.UNAVAILABLE, Status.MODEL_DOWN})
 
@@ -65,8 +59,8 @@ FAILOVER = frozenset({Status.UNAVAILABLE, Status.MODEL_DOWN})
 Describe = Callable[[Server], Served]
 
 
-class Fleet:
-    """Every server of one backend's model; thread-safe. See the module docstring."""
+class Fleet(Members):
+    """Every server of one backend's model, their health, and the choice; thread-safe. See the module docstring."""
 
     def __init__(
         self,
@@ -81,61 +75,15 @@ class Fleet:
         resolver: Resolver = resolve,
         describe: Describe | None = None,
     ) -> None:
-        self.model = model
         self._describe = describe  # how a ready server's model is read; default: describe_model
         self.version = version
         self._repository = repository  # the caller's: a local config.pbtxt each server is compared with
-        self._origins = tuple(origins)
-        self._settings = settings
-        self._workers = workers
-        self._options = options
-        self._resolver = resolver
-        self._lock = threading.Lock()
-        self._servers: list[Server] = []
         self._up: tuple[Server, ...] = ()  # the servers UP now, rebuilt under the lock on every change of state
         self._turn = itertools.count()
-        self._prober = Prober(f"probe-{model}", self._probe)
-        self._closed = False
-        self._names = any(is_name(o) for o in self._origins)  # resolved again from time to time
         self._rounds = 0
-        self._resolve_at = 0.0
-        self._resolving = False
         self.signature: ModelSignature | None = None
         self._strict = True  # compare version and metadata too (not against a fallback's local signature)
-        for origin in self._origins:
-            for address in addresses_of(origin, resolver):
-                self._add(address)
-        self._resolve_at = time.monotonic() + options.resolve_interval_s
-
-    # -- what the backend reads -----------------------------------------------------------------------
-    @property
-    def servers(self) -> list[Server]:
-        with self._lock:
-            return [s for s in self._servers if not s.retired]
-
-    @property
-    def label(self) -> str:
-        """How errors name the fleet: its one server, or its spec entries."""
-        servers = self.servers
-        if len(servers) == 1:
-            return servers[0].label
-        return ",".join(o.url for o in self._origins)
-
-    def only_server(self) -> Server | None:
-        """The one server, when the fleet is one address (shared memory is possible only then)."""
-        servers = self.servers
-        if len(servers) == 1 and not servers[0].address.balanced:
-            return servers[0]
-        return None
-
-    @property
-    def any_thread(self) -> bool:
-        """Whether any thread may make an attempt (gRPC): the servers share the spec's one scheme, so one answer."""
-        return all(s.transport.any_thread for s in self.servers)
-
-    def pin(self) -> None:
-        """Resolve no name again: the fleet stays this one server (its shared memory regions are registered there)."""
-        self._names = False
+        super().__init__(model, origins, settings, workers, options, resolver=resolver)
 
     def usable(self) -> bool:
         """Whether a server is up, or failed a request without a probe confirming it down yet."""
@@ -147,15 +95,14 @@ class Fleet:
         with self._lock:
             return "; ".join(f"{s.label} {s.state.value}{f' ({s.why})' if s.why else ''}" for s in self._servers)
 
-    # -- open -----------------------------------------------------------------------------------------
     def open(self, timeout_s: float) -> ModelSignature:
         """Wait (visibly) until a server is ready; check every ready server serves the same model; probe the rest."""
-        found = readiness.wait_until_any_ready(self._probe_round, self.model, timeout_s=timeout_s)
-        ready = [s for s in self.servers if found.get(s.label, readiness.Probe(readiness.Reason.NOT_READY)).ready]
+        found = health.wait_until_any_ready(self._probe_round, self.model, timeout_s=timeout_s)
+        ready = [s for s in self.servers if found.get(s.label, health.Probe(health.Reason.NOT_READY)).ready]
         signatures = {s.label: self._read_signature(s) for s in ready}
         first, reference = next(iter(signatures.items()))
         for label, signature in signatures.items():
-            found_differences = _mismatch(reference, signature, strict=True, names=(first, label))
+            found_differences = mismatch(reference, signature, strict=True, names=(first, label))
             if found_differences:
                 raise ConfigError(
                     f"model {self.model!r}: the servers do not serve the same model: {label} differs from "
@@ -193,25 +140,25 @@ class Fleet:
             server.warned = True
             self._schedule(server, 0.0)
 
-    def _probe_round(self, remaining_s: float) -> dict[str, readiness.Probe]:
+    def _probe_round(self, remaining_s: float) -> dict[str, health.Probe]:
         self._rounds += 1
         if self._names and self._rounds > 1:  # a headless Service gains its first ready pod while we wait
             self._resolve()
-        found: dict[str, readiness.Probe] = {}
+        found: dict[str, health.Probe] = {}
         end = time.monotonic() + remaining_s
         for server in self.servers:
             left = end - time.monotonic()
             if left <= 0:
                 break
-            if self._rounds == 1:  # TLS before any call: a refusal is a ConfigError now, not a wait (readiness.py)
-                handshake_s = min(readiness.PROBE_TIMEOUT_S, left)
-                readiness.check_tls(server.address.endpoint, self._settings.credentials, handshake_s)
+            if self._rounds == 1:  # TLS before any call: a refusal is a ConfigError now, not a wait (health.py)
+                handshake_s = min(health.PROBE_TIMEOUT_S, left)
+                health.check_tls(server.address.endpoint, self._settings.credentials, handshake_s)
             found[server.label] = self._probe_server(server, left)
         return found
 
-    def _probe_server(self, server: Server, timeout_s: float) -> readiness.Probe:
+    def _probe_server(self, server: Server, timeout_s: float) -> health.Probe:
         credentials = self._settings.credentials
-        return readiness.probe(
+        return health.probe(
             server.transport, server.address, self.model, self.version, timeout_s=timeout_s, credentials=credentials
         )
 
@@ -225,7 +172,7 @@ class Fleet:
                 server.transport,
                 self.model,
                 self.version,
-                timeout_s=_CONTROL_TIMEOUT_S,
+                timeout_s=CONTROL_TIMEOUT_S,
                 repository=self._repository,
                 max_batch_size=self._options.max_batch_size,
             )
@@ -233,7 +180,6 @@ class Fleet:
         server.transport.use_binary_tensors(served.server.has(BINARY_TENSORS))
         return served.signature
 
-    # -- the request path -----------------------------------------------------------------------------
     def pick(self, tried: Counter[Server]) -> Server | None:
         """The server for a request's next attempt (see the module docstring), or ``None``."""
         if self._names and time.monotonic() >= self._resolve_at:
@@ -250,22 +196,6 @@ class Fleet:
                 return None
             fallen = [s for s in live if s.state in (State.SUSPECT, State.DOWN) and s.checked and tried[s] < s.capacity]
             return min(fallen, key=lambda s: s.failed_at) if fallen else None
-
-    def take(self, server: Server) -> Transport:
-        """The server's transport for one attempt; ``give_back(server)`` when the attempt is over."""
-        with self._lock:
-            server.in_flight += 1
-            return server.transport
-
-    def give_back(self, server: Server) -> None:
-        """An attempt is over: a retired or replaced transport is closed once no attempt uses it."""
-        with self._lock:
-            server.in_flight -= 1
-            stale = self._unused_stale(server)
-            if server.retired and server.in_flight == 0:
-                stale.append(server.transport)
-        for old in stale:
-            old.close()
 
     def failed(self, server: Server, error: CallError) -> None:
         """A request's attempt failed on ``server`` with a status in ``FAILOVER``: others take requests first."""
@@ -312,12 +242,6 @@ class Fleet:
         """(under the lock)"""
         self._up = tuple(s for s in self._servers if s.state is State.UP and not s.retired)
 
-    # -- probing ----------------------------------------------------------------------------------------
-    def _schedule(self, server: Server, delay_s: float) -> None:
-        with self._lock:
-            if not (self._closed or server.retired or server.state is State.EXCLUDED):
-                self._prober.schedule(server, delay_s)
-
     def _probe(self, server: Server) -> None:
         """On the probing thread: is the server ready (and the same model, the first time)? Up, or down and later."""
         if self._closed or server.retired:
@@ -336,36 +260,16 @@ class Fleet:
             if not self._closed and not server.retired:
                 self._prober.schedule(server, server.probe_delay_s)
 
-    def _probe_once(self, server: Server) -> readiness.Probe:
+    def _probe_once(self, server: Server) -> health.Probe:
         try:
-            found = self._probe_server(server, readiness.PROBE_TIMEOUT_S)
+            found = self._probe_server(server, health.PROBE_TIMEOUT_S)
             if found.ready and not server.checked:
                 self._check(server)
         except MonaiTritonError as exc:  # not (or no longer) serving the model, or a signature read failed
-            return readiness.Probe(readiness.Reason.NOT_READY, str(exc))
+            return health.Probe(health.Reason.NOT_READY, str(exc))
         return found
 
-    def _reconnect(self, server: Server) -> None:
-        """A new channel: gRPC keeps failing calls fast until its own reconnect backoff ends, whatever the server.
-        (gRPC only: its tensors are binary whatever the server, so nothing learnt at the check is lost.)"""
-        transport = connect(server.address.endpoint, self._settings, self._workers, balanced=server.address.balanced)
-        with self._lock:
-            server.stale.append(server.transport)
-            server.transport = transport
-            stale = self._unused_stale(server)
-        for old in stale:
-            old.close()
-        logger.debug("model %r: %s reconnected", self.model, server.label)
-
-    @staticmethod
-    def _unused_stale(server: Server) -> list[Transport]:
-        """(under the lock) The replaced transports no attempt uses any more, taken from the server."""
-        if server.in_flight:
-            return []
-        stale, server.stale = server.stale, []
-        return stale
-
-    def _mark_down(self, server: Server, found: readiness.Probe) -> None:
+    def _mark_down(self, server: Server, found: health.Probe) -> None:
         """(under the lock)"""
         server.why = str(found)
         server.probe_delay_s = min(
@@ -397,7 +301,7 @@ class Fleet:
             return
         reference = self.signature
         names = ("the fleet", server.label)
-        found = [] if reference is None else _mismatch(reference, signature, strict=self._strict, names=names)
+        found = [] if reference is None else mismatch(reference, signature, strict=self._strict, names=names)
         if found:
             self._exclude(server, "it serves another model: " + "; ".join(found))
             return
@@ -411,88 +315,3 @@ class Fleet:
             server.state, server.why = State.EXCLUDED, why
             self._refresh_up()
         logger.error("model %r: %s is never used: %s", self.model, server.label, why)
-
-    # -- names resolved again ---------------------------------------------------------------------------
-    def _resolve_later(self) -> None:
-        with self._lock:
-            if self._resolving or self._closed:
-                return
-            self._resolving = True
-            self._resolve_at = time.monotonic() + self._options.resolve_interval_s
-        self._prober.submit(self._resolve)
-
-    def _resolve(self) -> None:
-        """Resolve every name again: new addresses become NEW servers (probed now), vanished ones are retired."""
-        try:
-            wanted = {a.key: a for origin in self._origins for a in addresses_of(origin, self._resolver)}
-            with self._lock:
-                have = {s.address.key: s for s in self._servers if not s.retired}
-                gone = [s for key, s in have.items() if key not in wanted]
-                for server in gone:
-                    server.retired = True
-                    server.state = State.EXCLUDED
-                self._refresh_up()
-                self._servers = [s for s in self._servers if not (s.retired and s.in_flight == 0)]
-            for server in gone:
-                logger.info("model %r: %s is no longer an address of its name; dropped", self.model, server.label)
-                if server.in_flight == 0:
-                    server.transport.close()
-            for key, address in wanted.items():
-                if key not in have:
-                    server = self._add(address)
-                    logger.info("model %r: new server %s; checking it", self.model, server.label)
-                    self._schedule(server, 0.0)
-        finally:
-            self._resolving = False
-
-    def _add(self, address: Address) -> Server:
-        server = Server(address, connect(address.endpoint, self._settings, self._workers, balanced=address.balanced))
-        with self._lock:
-            self._servers.append(server)
-        return server
-
-    # -- server information and close -------------------------------------------------------------------
-    def statistics(self) -> dict[str, Any]:
-        """Triton's statistics of the model on every server: ``model_stats`` entries, each with its ``server``.
-
-        One server: its error is the caller's. Several: a server that cannot say is an entry with its ``error``.
-        """
-        entries: list[dict[str, Any]] = []
-        servers = self.servers
-        for server in servers:
-            try:
-                stats = self._statistics_of(server)
-            except MonaiTritonError as exc:
-                if len(servers) == 1:
-                    raise
-                entries.append({"server": server.label, "error": str(exc)})
-                continue
-            entries += [{**entry, "server": server.label} for entry in stats.get("model_stats", [])]
-        return {"model_stats": entries}
-
-    def _statistics_of(self, server: Server) -> dict[str, Any]:
-        if server.checked and not server.info.has(STATISTICS):  # an Open Inference Protocol server has none
-            raise ConfigError(f"model {self.model!r} on {server.label}: no statistics: {server.info.lacks(STATISTICS)}")
-        try:
-            return server.transport.statistics(self.model, timeout_s=_CONTROL_TIMEOUT_S)
-        except CallError as exc:
-            raise to_public(exc, model=self.model, url=server.label) from exc
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            servers, self._servers = list(self._servers), []
-        self._prober.stop()
-        for server in servers:
-            for transport in [server.transport, *server.stale]:
-                transport.close()
-
-
-def _mismatch(reference: ModelSignature, other: ModelSignature, *, strict: bool, names: tuple[str, str]) -> list[str]:
-    """What makes ``other`` another model than ``reference``; ``strict`` compares version and metadata too."""
-    found = differences(reference, other, names=names)
-    if strict and reference.version != other.version:
-        found.append(f"version {names[0]} {reference.version}, {names[1]} {other.version}")
-    if strict and dict(reference.metadata) != dict(other.metadata):
-        found.append("their MONAI metadata (config parameters) differ")
-    return found

@@ -13,7 +13,7 @@ from typing import Literal
 
 from ...errors import ConfigError
 from ..options import BackendOptions
-from .credentials import check_credential_options
+from .transports.credentials import check_credential_options
 
 SharedMemory = Literal["auto", "system", "cuda", "none"]
 Compression = Literal["none", "gzip", "deflate"]
@@ -93,8 +93,6 @@ class RemoteOptions(BackendOptions):
                 f"probing needs probe_backoff_s <= max_probe_backoff_s, got {self.probe_backoff_s} and "
                 f"{self.max_probe_backoff_s}"
             )
-        if self.fallback not in ("none", "torch"):
-            raise ConfigError(f"fallback must be none or torch, got {self.fallback!r}")
         if self.keepalive_s is not None:
             _positive("keepalive_s", self.keepalive_s)
         if self.retries < 0:
@@ -103,14 +101,11 @@ class RemoteOptions(BackendOptions):
             raise ConfigError(
                 f"backoff needs 0 <= backoff_s <= max_backoff_s, got {self.backoff_s} and {self.max_backoff_s}"
             )
-        if self.shared_memory not in ("auto", "system", "cuda", "none"):
-            raise ConfigError(f"shared_memory must be auto, system, cuda or none, got {self.shared_memory!r}")
-        if self.mode not in ("window", "volume"):
-            raise ConfigError(f"mode must be window or volume, got {self.mode!r}")
-        if self.volume_output not in ("labels", "scores"):
-            raise ConfigError(f"volume_output must be labels or scores, got {self.volume_output!r}")
-        if self.compression not in ("none", "gzip", "deflate"):
-            raise ConfigError(f"compression must be none, gzip or deflate, got {self.compression!r}")
+        if self.mode == "volume" and self.fallback == "torch":
+            raise ConfigError(
+                "fallback=torch runs windows in this process and mode=volume sends the whole volume to the server; "
+                "use one of them"
+            )
         check_credential_options(self)
         if self.max_batch_size is not None and (isinstance(self.max_batch_size, bool) or self.max_batch_size < 0):
             raise ConfigError(f"max_batch_size must be an integer >= 0, got {self.max_batch_size!r}")

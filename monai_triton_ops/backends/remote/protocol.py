@@ -19,6 +19,12 @@ model-metadata endpoint: tensor names, datatypes and shapes. What that endpoint 
 
 and a local ``config.pbtxt`` is compared with the server's metadata (names, datatypes, shapes): an app built
 for another model fails at open.
+
+With ``model_configuration`` the signature comes from the server alone (:func:`read_signature`: the
+``config.pbtxt`` the server loaded, MONAI metadata in its ``parameters``), so a client needs no local file; a
+local ``config.pbtxt`` is only compared (:func:`check_local_config`): a mismatch means the app was built for
+another model. :func:`mismatch` is the one comparison of two signatures (a local file and a server, two
+servers of a fleet).
 """
 
 from __future__ import annotations
@@ -32,9 +38,8 @@ from ...errors import ConfigError
 from ...repository import layout
 from ...repository.config import read_config, signature_from_config
 from ...signature import ModelSignature, TensorSpec
-from .server_model import check_local_config, read_signature
-from .translate import CallError, Status, to_public
-from .transport import Transport
+from ..status import CallError, Status, to_public
+from .transports.base import Transport
 
 logger = logging.getLogger(__name__)
 
@@ -228,3 +233,65 @@ def _agreed(theirs: TensorSpec, mine: TensorSpec) -> TensorSpec | None:
 
 def _listing(specs: tuple[TensorSpec, ...]) -> str:
     return str([(s.name, s.dtype, list(s.shape)) for s in specs])
+
+
+# -- a Triton server's model configuration, and comparing signatures ------------------------------------
+def read_signature(transport: Transport, model: str, version: int | None, *, timeout_s: float) -> ModelSignature:
+    """The served version's signature, MONAI metadata included, from a Triton server's model config (its
+    ``model_configuration`` extension; the version is the one asked for, else the newest the metadata lists)."""
+    try:
+        metadata = transport.model_metadata(model, "" if version is None else str(version), timeout_s=timeout_s)
+        config = transport.model_config(model, "" if version is None else str(version), timeout_s=timeout_s)
+    except CallError as exc:
+        raise to_public(exc, model=model, url=transport.url) from exc
+    served = [int(v) for v in metadata.get("versions", []) if str(v).isdigit()]
+    chosen = version if version is not None else (max(served) if served else None)
+    try:
+        return signature_from_config(config, version=chosen)
+    except ConfigError as exc:
+        raise ConfigError(f"{transport.url}: {exc}") from exc
+
+
+def check_local_config(signature: ModelSignature, repository: str | Path | None, *, url: str) -> None:
+    """Compare with ``<repository>/<model>/config.pbtxt`` when the caller has one; a mismatch is an error."""
+    if repository is None:
+        return
+    path = Path(repository) / signature.name / layout.CONFIG_FILENAME
+    if not path.is_file():
+        return
+    local = signature_from_config(read_config(path, name=signature.name), version=signature.version)
+    found = differences(local, signature)
+    if found:
+        raise ConfigError(
+            f"model {signature.name!r}: the local {str(path)!r} does not match what {url} serves: " + "; ".join(found)
+        )
+    logger.debug("local %s matches the server's configuration", path)
+
+
+def differences(
+    local: ModelSignature, served: ModelSignature, *, names: tuple[str, str] = ("local", "server")
+) -> list[str]:
+    """What differs between two signatures of one model: tensors (names, dtypes, shapes) and ``max_batch_size``.
+
+    ``names`` say which is which in the text (the local file and the server; two servers of a fleet).
+    """
+    first, second = names
+    found = []
+    if local.max_batch_size != served.max_batch_size:
+        found.append(f"max_batch_size {first} {local.max_batch_size}, {second} {served.max_batch_size}")
+    for kind in ("inputs", "outputs"):
+        mine = [(s.name, s.dtype, list(s.shape)) for s in getattr(local, kind)]
+        theirs = [(s.name, s.dtype, list(s.shape)) for s in getattr(served, kind)]
+        if mine != theirs:
+            found.append(f"{kind} {first} {mine}, {second} {theirs}")
+    return found
+
+
+def mismatch(reference: ModelSignature, other: ModelSignature, *, strict: bool, names: tuple[str, str]) -> list[str]:
+    """What makes ``other`` another model than ``reference``; ``strict`` compares version and metadata too."""
+    found = differences(reference, other, names=names)
+    if strict and reference.version != other.version:
+        found.append(f"version {names[0]} {reference.version}, {names[1]} {other.version}")
+    if strict and dict(reference.metadata) != dict(other.metadata):
+        found.append("their MONAI metadata (config parameters) differ")
+    return found

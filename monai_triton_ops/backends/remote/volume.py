@@ -14,14 +14,12 @@ from pathlib import Path
 
 from ...errors import ConfigError, ModelNotFoundError
 from ...repository.volume import WRAP_COMMAND, VolumeSpec, volume_model_name
+from ...server.health import CONTROL_TIMEOUT_S
 from ...signature import ModelSignature
 from ..requests import Parameter
-from . import readiness
-from .probing import Server
-from .server_model import check_local_config, read_signature
-
-#: Deadline of each control call at open (metadata, config).
-_CONTROL_TIMEOUT_S = 10.0
+from . import health
+from .health import Server
+from .protocol import Served, check_local_config, read_signature, server_info
 
 
 def served_name(model_name: str, mode: str) -> str:
@@ -41,7 +39,7 @@ def open_volume_model(
     checked to wrap ``network``, which is waited for (Triton may still be loading it) and compared with a local
     config."""
     transport, volume = server.transport, volume_model_name(network)
-    signature = read_signature(transport, volume, None, timeout_s=_CONTROL_TIMEOUT_S)
+    signature = read_signature(transport, volume, None, timeout_s=CONTROL_TIMEOUT_S)
     spec = VolumeSpec.of(signature.metadata)
     if spec is None or spec.network != network:
         wraps = "no whole_volume block in its metadata" if spec is None else f"it wraps {spec.network!r}"
@@ -49,14 +47,30 @@ def open_volume_model(
             f"model {volume!r} on {transport.url} is not the whole-volume model of {network!r} ({wraps}); rewrite it "
             f"with '{WRAP_COMMAND.format(name=network)} --force'"
         )
-    readiness.wait_until_any_ready(
-        lambda left: {server.label: readiness.probe(transport, server.address, network, version, timeout_s=left)},
+    health.wait_until_any_ready(
+        lambda left: {server.label: health.probe(transport, server.address, network, version, timeout_s=left)},
         network,
         timeout_s=ready_timeout_s,
     )
-    served = read_signature(transport, network, version, timeout_s=_CONTROL_TIMEOUT_S)
+    served = read_signature(transport, network, version, timeout_s=CONTROL_TIMEOUT_S)
     check_local_config(served, repository, url=transport.url)
     return signature
+
+
+def describe_volume(
+    server: Server,
+    network: str,
+    version: int | None,
+    *,
+    model: str,
+    ready_timeout_s: float,
+    repository: str | Path | None,
+) -> Served:
+    """What the fleet learns of one server in volume mode: the whole-volume model ``model`` and its network,
+    checked (:func:`open_volume_model`), and what the server speaks. Triton only: the volume model is a
+    Python-backend model that runs MONAI's sliding window on the server."""
+    signature = open_volume_model(server, network, version, ready_timeout_s=ready_timeout_s, repository=repository)
+    return Served(signature, server_info(server.transport, model=model, timeout_s=CONTROL_TIMEOUT_S))
 
 
 def missing_volume_model(exc: ModelNotFoundError, network: str) -> ModelNotFoundError:

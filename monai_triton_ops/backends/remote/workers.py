@@ -25,7 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from .translate import CallError, Status
+from ..status import CallError, Status
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +33,8 @@ T = TypeVar("T")
 A = TypeVar("A")
 #: What ``make`` returns for ``local``: the resource and how to release it (on the same thread).
 Made = tuple[T, Callable[[], None]]
+#: How long stopping a pool waits for each of its threads once its last call has ended.
+JOIN_TIMEOUT_S = 5.0
 #: Extra wait, beyond a control call's own deadline, for a worker busy with a request to pick it up.
 QUEUE_GRACE_S = 1.0
 #: Each worker thread's resources, whichever pool it belongs to (``local`` and ``on_worker`` read it).

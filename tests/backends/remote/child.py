@@ -16,7 +16,7 @@ import sys
 import numpy as np
 
 from monai_triton_ops import create_backend
-from monai_triton_ops.backends.remote import shm
+from monai_triton_ops.backends.remote.shm import region as shm
 
 
 def _check(backend, value: float) -> None:  # type: ignore[no-untyped-def]

@@ -18,7 +18,7 @@ import tritonclient.grpc as grpcclient
 
 from monai_triton_ops import create_backend
 from monai_triton_ops.backends.base import BaseBackend
-from monai_triton_ops.backends.remote import shm
+from monai_triton_ops.backends.remote.shm import region as shm
 from monai_triton_ops.server import LocalTritonServer
 
 from ...server.conftest import settled, stop_and_check

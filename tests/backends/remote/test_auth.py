@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from monai_triton_ops import create_backend
-from monai_triton_ops.backends.remote.endpoints import TransportSettings
+from monai_triton_ops.backends.remote.transports.base import TransportSettings
 from monai_triton_ops.errors import ConfigError, MonaiTritonError
 from monai_triton_ops.server import LocalTritonServer, TritonInstall
 

@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tritonclient.utils import InferenceServerException
 
-from monai_triton_ops.backends.remote import credentials
-from monai_triton_ops.backends.remote.credentials import (
+from monai_triton_ops.backends.remote.options import RemoteOptions
+from monai_triton_ops.backends.remote.transports import credentials
+from monai_triton_ops.backends.remote.transports.credentials import (
     REDACTED,
     HeaderPlugin,
     Secret,
@@ -21,7 +23,6 @@ from monai_triton_ops.backends.remote.credentials import (
     redact,
     scrub,
 )
-from monai_triton_ops.backends.remote.options import RemoteOptions
 from monai_triton_ops.errors import ConfigError
 
 from .certs import authority
@@ -122,15 +123,13 @@ def test_redaction_takes_every_secret_read_out_of_a_text_and_an_exception() -> N
     exc = OSError(f"reset after {value}")
     assert value not in str(scrub(exc))
 
-    class Foreign(Exception):  # tritonclient's exceptions keep their text in _msg
-        def __init__(self, msg: str) -> None:
-            super().__init__(msg)
-            self._msg = msg
-
-        def __str__(self) -> str:
-            return self._msg
-
-    assert value not in str(scrub(Foreign(f"[401] {value}")))
+    foreign = InferenceServerException(f"[401] {value}", status="401", debug_details=f"sent {value}")
+    clean = scrub(foreign)  # tritonclient's exception keeps its text apart: made anew through its public API
+    assert isinstance(clean, InferenceServerException)
+    assert value not in str(clean)
+    assert value not in clean.message()
+    assert value not in clean.debug_details()
+    assert clean.status() == "401"
 
 
 def test_a_client_key_may_be_in_the_certificate_file(tmp_path: Path) -> None:
@@ -151,7 +150,7 @@ def test_a_client_key_may_be_in_the_certificate_file(tmp_path: Path) -> None:
 
 
 def test_a_root_certificates_file_without_a_certificate_is_refused(tmp_path: Path) -> None:
-    from monai_triton_ops.backends.remote.tls import client_context
+    from monai_triton_ops.backends.remote.transports.tls import client_context
 
     (tmp_path / "ca.pem").write_text("not a certificate\n")
     creds = load_credentials(options(root_certificates=tmp_path / "ca.pem"), {})

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from monai_triton_ops import create_backend
-from monai_triton_ops.backends.remote.pool import LEASE_CAP_SLOTS
+from monai_triton_ops.backends.remote.shm.pool import LEASE_CAP_SLOTS
 from monai_triton_ops.errors import InferenceError, InferenceTimeoutError, ServerUnavailableError
 from monai_triton_ops.server import LocalTritonServer, TritonInstall
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from monai_triton_ops.backends.remote import shm
+from monai_triton_ops.backends.remote.shm import region as shm
 from monai_triton_ops.server import LocalTritonServer, TritonInstall
 
 from ... import triton_models

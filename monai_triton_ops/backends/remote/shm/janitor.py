@@ -8,7 +8,7 @@ group does not reach it) that reads ``add NAME URL`` / ``drop NAME`` lines on a 
 ends (the client exited, whatever way), it unregisters what is still listed on its server (2 s each)
 and unlinks it, then exits.
 
-    python .../backends/remote/janitor.py PID      (stdlib only until it cleans up)
+    python .../backends/remote/shm/janitor.py PID      (stdlib only until it cleans up)
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ with known crashes.
 
 Every call carries ``client_timeout`` (gRPC's own deadline). Channel arguments (:func:`channel_args`)
 are tritonclient's own defaults written out again, since passing ``channel_args`` replaces them and
-gRPC would fall back to its 4 MB receive limit (pitfall C5): the 2 GB message limits and keepalive,
+gRPC would fall back to its 4 MB receive limit (tritonclient's ``InferenceServerClient``: "if this argument
+is provided, it is expected the channel arguments are correct and complete"): the 2 GB limits and keepalive,
 plus two of ours. The channel reconnects to a server that went away at most every
 ``max_reconnect_backoff_s`` (gRPC's default grows to 120 s, so a restarted server would be left unused
 for minutes while calls fail fast); and a ``balanced`` channel (a TLS name over several addresses)
@@ -26,31 +27,36 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as pb
-from tritonclient.utils import InferenceServerException, deserialize_bytes_tensor, triton_to_np_dtype
+from tritonclient.utils import InferenceServerException
 
+from ...status import CallError, Status, from_grpc_status
+from ..endpoints import Endpoint
+from .base import (
+    RequestBuilder,
+    Transport,
+    TransportSettings,
+    WireInput,
+    WireOutput,
+    WireResult,
+    refuse_unregister_all,
+)
+from .codec import decode
 from .credentials import scrub
-from .endpoints import Endpoint, TransportSettings
 from .tls import grpc_channel_credentials
-from .translate import CallError, Status, from_grpc_status
-from .transport import RequestBuilder, Transport, WireInput, WireOutput, WireResult, refuse_unregister_all
 
 logger = logging.getLogger(__name__)
 
 #: Planned request bodies above this are refused before serialisation: protobuf caps a message at 2 GB,
 #: and above ~1.3 GB a second large request has aborted clients (libprotobuf FATAL).
 MAX_MESSAGE_BYTES = 1 << 30
-
-
-def _error(exc: InferenceServerException) -> CallError:
-    scrub(exc)  # a server or proxy may echo what it was sent: no secret in our error or its cause
-    return from_grpc_status(exc.status(), exc.message() or str(exc))
 
 
 class GrpcTransport(Transport):
@@ -95,7 +101,7 @@ class GrpcTransport(Transport):
                 "over gRPC",
             )
         tensors, requested = self._requests.build(inputs, outputs)
-        try:
+        with self._mapped():
             result = self._client.infer(
                 model,
                 tensors,
@@ -105,88 +111,89 @@ class GrpcTransport(Transport):
                 compression_algorithm=self._compression,
                 parameters=parameters,
             )
-        except InferenceServerException as exc:
-            raise _error(exc) from exc
-        except Exception as exc:  # the channel closed under the call, say: still a CallError, never this one
-            status = Status.CANCELLED if self._closed else Status.INTERNAL
-            raise CallError(status, f"{type(exc).__name__}: {scrub(exc)}") from exc
         return _GrpcResult(result.get_response())
+
+    @contextmanager
+    def _mapped(self) -> Iterator[None]:
+        """Every exception of a tritonclient call as a ``CallError``: the one place this transport translates.
+
+        ``InferenceServerException`` carries the gRPC status code (tritonclient's ``get_error_grpc`` keeps the
+        ``grpc.StatusCode``), read by ``status.from_grpc_status``. Anything else is a call the channel ended
+        under us: ``CANCELLED`` once ``close()`` has closed it (``grpc.Channel.close`` fails calls still out),
+        else ``INTERNAL``. The foreign exception, secrets taken out (``credentials.scrub``), is the cause.
+        """
+        try:
+            yield
+        except InferenceServerException as exc:
+            clean = scrub(exc)
+            raise from_grpc_status(exc.status(), str(clean.message() or clean)) from clean
+        except CallError:
+            raise
+        except Exception as exc:
+            clean = scrub(exc)
+            status = Status.CANCELLED if self._closed else Status.INTERNAL
+            raise CallError(status, f"{type(exc).__name__}: {clean}") from clean
 
     # -- control calls ----------------------------------------------------------------------------
     def is_model_ready(self, model: str, version: str, *, timeout_s: float) -> bool:
         try:
-            return bool(self._client.is_model_ready(model, version, client_timeout=timeout_s))
-        except InferenceServerException as exc:
-            error = _error(exc)
-        if error.status is Status.INTERNAL and self._unknown_model(model, version, timeout_s):
-            return False  # MLServer answers UNKNOWN for a model it does not have; Triton answers "not ready"
-        raise error
+            with self._mapped():
+                return bool(self._client.is_model_ready(model, version, client_timeout=timeout_s))
+        except CallError as error:
+            if error.status is Status.INTERNAL and self._unknown_model(model, version, timeout_s):
+                return False  # MLServer answers UNKNOWN for a model it does not have; Triton answers "not ready"
+            raise
 
     def _unknown_model(self, model: str, version: str, timeout_s: float) -> bool:
         try:
-            self._client.get_model_metadata(model, version, client_timeout=timeout_s)
-        except InferenceServerException as exc:
-            return _error(exc).status is Status.NOT_FOUND
+            with self._mapped():
+                self._client.get_model_metadata(model, version, client_timeout=timeout_s)
+        except CallError as error:
+            return error.status is Status.NOT_FOUND
         return False
 
     def use_binary_tensors(self, binary: bool) -> None:
         """gRPC always carries tensors as raw bytes."""
 
     def server_metadata(self, *, timeout_s: float) -> dict[str, Any]:
-        try:
+        with self._mapped():
             return dict(self._client.get_server_metadata(as_json=True, client_timeout=timeout_s))
-        except InferenceServerException as exc:
-            raise _error(exc) from exc
 
     def model_metadata(self, model: str, version: str, *, timeout_s: float) -> dict[str, Any]:
-        try:
+        with self._mapped():
             meta = self._client.get_model_metadata(model, version, as_json=True, client_timeout=timeout_s)
-        except InferenceServerException as exc:
-            raise _error(exc) from exc
         return dict(meta)
 
     def model_config(self, model: str, version: str, *, timeout_s: float) -> pb.ModelConfig:
-        try:
+        with self._mapped():
             response = self._client.get_model_config(model, version, client_timeout=timeout_s)
-        except InferenceServerException as exc:
-            raise _error(exc) from exc
         config = pb.ModelConfig()
         config.CopyFrom(response.config)
         return config
 
     def repository_index(self, *, timeout_s: float) -> list[dict[str, Any]]:
-        try:
+        with self._mapped():
             index = self._client.get_model_repository_index(as_json=True, client_timeout=timeout_s)
-        except InferenceServerException as exc:
-            raise _error(exc) from exc
         return [_entry(m) for m in index.get("models", [])]
 
     def statistics(self, model: str, *, timeout_s: float) -> dict[str, Any]:
-        try:
+        with self._mapped():
             response = self._client.get_inference_statistics(model, client_timeout=timeout_s)
-        except InferenceServerException as exc:
-            raise _error(exc) from exc
         stats: dict[str, Any] = json_format.MessageToDict(response, preserving_proto_field_name=True)
         return stats
 
     def register_system_shm(self, name: str, key: str, byte_size: int, *, timeout_s: float) -> None:
-        try:
+        with self._mapped():
             self._client.register_system_shared_memory(name, key, byte_size, offset=0, client_timeout=timeout_s)
-        except InferenceServerException as exc:
-            raise _error(exc) from exc
 
     def unregister_system_shm(self, name: str, *, timeout_s: float) -> None:
         refuse_unregister_all(name)
-        try:
+        with self._mapped():
             self._client.unregister_system_shared_memory(name, client_timeout=timeout_s)
-        except InferenceServerException as exc:
-            raise _error(exc) from exc
 
     def system_shm_names(self, *, timeout_s: float) -> list[str]:
-        try:
+        with self._mapped():
             status = self._client.get_system_shared_memory_status(as_json=True, client_timeout=timeout_s)
-        except InferenceServerException as exc:
-            raise _error(exc) from exc
         return sorted(status.get("regions", {}))
 
     def close(self) -> None:
@@ -246,8 +253,4 @@ class _GrpcResult(WireResult):
         output = self._output(name)
         index = self._index[name]
         raw = self._response.raw_output_contents
-        data = raw[index] if index < len(raw) else b""
-        if output.datatype == "BYTES":
-            values = deserialize_bytes_tensor(data) if data else np.empty(0, dtype=np.object_)
-            return np.asarray(values).reshape(self.shape(name))
-        return np.frombuffer(data, dtype=triton_to_np_dtype(output.datatype)).reshape(self.shape(name))
+        return decode(raw[index] if index < len(raw) else b"", str(output.datatype), self.shape(name))

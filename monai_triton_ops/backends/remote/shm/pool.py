@@ -31,10 +31,12 @@ from typing import Any
 
 import numpy as np
 
+from ....errors import BackendUnavailableError, ConfigError
+from ...status import CallError, Status
+from ..protocol import SYSTEM_SHARED_MEMORY, ServerInfo
+from ..transports.base import Transport
 from .janitor import janitor
-from .shm import SystemRegion
-from .translate import CallError, Status
-from .transport import Transport
+from .region import PAGE, SystemRegion, remove_stale_regions
 
 logger = logging.getLogger(__name__)
 
@@ -150,8 +152,8 @@ class RegionPool:
 
     def _retire(self, region: SystemRegion, deadline: float | None) -> None:
         """Retire a grown slot's old region as a quarantined one: the server can hold a region a moment after
-        its last response ("currently in use": the region registered at open, grown by the first request), and a
-        single unregister then left it registered until the janitor's turn."""
+        its last response (Triton refuses to unregister a region in use, ``SharedMemoryManager::Unregister``), so
+        unregistering is tried again until it lets go, not once."""
         retired = Slot()
         retired.region = region
         with self._lock:
@@ -203,8 +205,8 @@ class RegionPool:
 
     def release(self, slot: Slot) -> None:
         """Give back a slot whose request got its response. Once ``close()`` has begun it is retired like a
-        quarantined one: the response can reach us a moment before the server lets go of the region ("currently
-        in use"), and a single unregister then left the region registered until the janitor's turn."""
+        quarantined one: the response can reach us a moment before the server lets go of the region (Triton
+        refuses to unregister a region in use), so unregistering is tried again until it lets go."""
         with self._lock:
             self._busy.discard(slot)
             if not self._closed:
@@ -294,3 +296,65 @@ class RegionPool:
             logger.warning("shared memory region %s still in use by the server at close; unlinking it", slot.region)
             if slot.region is not None:
                 slot.region.close(unregister=False)
+
+
+def open_pool(
+    transport: Transport | None,
+    info: ServerInfo,
+    *,
+    mode: str,
+    loopback: bool,
+    max_in_flight: int,
+    model: str,
+    url: str,
+    fleet: str,
+) -> RegionPool | None:
+    """How a backend's tensors travel, decided at open: a pool of slots registered on ``transport``, the fleet's
+    one server (``info``: what it speaks), or ``None`` for the request body.
+
+    ``mode`` is the ``shared_memory`` option: ``none`` never, ``auto`` when the server is on this host's loopback
+    and lists Triton's ``system_shared_memory`` extension, ``system`` always (an error when it cannot work). A
+    fleet of several servers (``transport`` ``None``; ``fleet`` names them) sends the body. A first region is
+    registered here, so that a server that refuses client shared memory (started without
+    ``--allow-client-shm``, a restricted shared-memory endpoint, a container with its own ``/dev/shm``) is found
+    at open.
+    """
+    if mode == "cuda":
+        raise BackendUnavailableError(
+            f"{url}: shared_memory=cuda needs a GPU and cuda-python; it is not supported by this build yet "
+            "(use auto, system or none)"
+        )
+    if transport is None:
+        if mode == "system":
+            raise ConfigError(
+                f"model {model!r}: shared_memory=system needs one server on this host, and {fleet} stands for "
+                "several; use shared_memory=auto or none"
+            )
+        return None
+    if mode == "none" or (mode == "auto" and not loopback):
+        return None
+    if not info.has(SYSTEM_SHARED_MEMORY):
+        if mode == "system":
+            raise ConfigError(
+                f"model {model!r}: shared_memory=system, but {info.lacks(SYSTEM_SHARED_MEMORY)} at {url} (use "
+                "shared_memory=auto or none)"
+            )
+        logger.info("%s: %s; tensors go in the request body", url, info.lacks(SYSTEM_SHARED_MEMORY))
+        return None
+    remove_stale_regions(lambda name: transport.unregister_system_shm(name, timeout_s=1.0))
+    pool = RegionPool(transport, max_slots=max_in_flight + 4)
+    try:
+        pool.release(pool.acquire(PAGE))  # the server must accept a region now, not at the first request
+    except (CallError, OSError) as exc:
+        pool.close(time.monotonic())
+        reason = exc.message if isinstance(exc, CallError) else str(exc)
+        if mode == "system":
+            raise ConfigError(
+                f"model {model!r}: shared_memory=system, but {url} cannot use this host's system shared memory: "
+                f"{reason} (use shared_memory=auto or none)"
+            ) from exc
+        logger.warning(
+            "%s refuses client shared memory (%s); tensors of model %r go in the request body", url, reason, model
+        )
+        return None
+    return pool

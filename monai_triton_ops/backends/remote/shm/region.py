@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from ...server.environment import pid_exists
+from ....server.environment import pid_exists
 from .janitor import janitor
 
 logger = logging.getLogger(__name__)

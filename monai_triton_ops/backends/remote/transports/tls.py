@@ -20,13 +20,13 @@ import ssl
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ...errors import ConfigError
+from ....errors import ConfigError
 from .credentials import CredentialOptions, Credentials
 
 if TYPE_CHECKING:
     import grpc
 
-    from .endpoints import Endpoint
+    from ..endpoints import Endpoint
 
 #: TLS alerts by which a server refuses the client's certificate, or asks for one it did not get.
 _CLIENT_REFUSED = frozenset(

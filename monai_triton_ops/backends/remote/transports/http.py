@@ -14,25 +14,35 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import gevent
 import numpy as np
 import tritonclient.http as httpclient
-from gevent._hub_local import get_hub_if_exists
+from geventhttpclient import URL, HTTPClient
 from geventhttpclient.response import HTTPConnectionClosed
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as pb
-from tritonclient.http._utils import _raise_if_error
 from tritonclient.utils import InferenceServerException
 
-from .credentials import scrub
-from .endpoints import Endpoint, TransportSettings
+from ...status import CallError, Status, from_http_status, from_os_error
+from ..endpoints import Endpoint
+from ..workers import Made, Workers
+from .base import (
+    RequestBuilder,
+    Transport,
+    TransportSettings,
+    WireInput,
+    WireOutput,
+    WireResult,
+    refuse_unregister_all,
+)
+from .codec import conform
+from .credentials import redact, scrub
 from .tls import http_context_factory
-from .translate import CallError, Status, from_http_status, from_os_error
-from .transport import RequestBuilder, Transport, WireInput, WireOutput, WireResult, refuse_unregister_all
-from .workers import Made, Workers
 
 logger = logging.getLogger(__name__)
 
@@ -41,32 +51,19 @@ Client = Any  # tritonclient.http.InferenceServerClient (untyped)
 #: The client's own socket timeouts; every call runs under a shorter ``gevent.Timeout`` of its deadline.
 _SOCKET_TIMEOUT_S = 3600.0
 _BINARY = {"binary_data": True}
+#: Whether this thread made an HTTP client, and so has a gevent hub to destroy as it ends.
+_HUB = threading.local()
 
 
 class _Deadline(Exception):
     """Raised inside a worker by ``gevent.Timeout`` when a call's deadline passes."""
 
 
-def _translate(exc: BaseException) -> CallError:
-    if isinstance(exc, CallError):
-        return exc
-    scrub(exc)  # a server or proxy may echo what it was sent: no secret in our error or its cause
-    if isinstance(exc, _Deadline):
-        return CallError(Status.DEADLINE, "no answer before the deadline")
-    if isinstance(exc, InferenceServerException):
-        return from_http_status(exc.status(), exc.message() or str(exc))
-    if isinstance(exc, OSError):
-        return from_os_error(exc)
-    if isinstance(exc, HTTPConnectionClosed):  # the server went away mid-response (killed, restarted)
-        return CallError(Status.UNAVAILABLE, f"the connection closed before the whole response came: {exc}")
-    return CallError(Status.INTERNAL, f"{type(exc).__name__}: {exc}")
-
-
 def _destroy_hub() -> None:
-    """A worker's gevent hub (its loop's file descriptors) goes with the worker."""
-    hub = get_hub_if_exists()
-    if hub is not None:
-        hub.destroy(destroy_loop=True)
+    """A worker's gevent hub (its loop's file descriptors) goes with the worker, when it made one."""
+    if getattr(_HUB, "made", False):
+        _HUB.made = False
+        gevent.get_hub().destroy(destroy_loop=True)
 
 
 class HttpTransport(Transport):
@@ -76,6 +73,7 @@ class HttpTransport(Transport):
         self.url = endpoint.url
         self._requests = RequestBuilder(httpclient, binary=_BINARY)
         self._address = endpoint.address
+        self._headers = settings.credentials.headers_for(self.protocol)
         self._ssl = endpoint.tls
         self._context_factory = http_context_factory(settings.credentials) if endpoint.tls else None
         self._plugin = settings.credentials.plugin(self.protocol)
@@ -92,6 +90,7 @@ class HttpTransport(Transport):
         )
         if self._plugin is not None:
             client.register_plugin(self._plugin)  # headers on every call (credentials.py)
+        _HUB.made = True
         return client, client.close
 
     def _run(self, fn: Callable[[Client], T], timeout_s: float) -> T:
@@ -99,13 +98,39 @@ class HttpTransport(Transport):
         if timeout_s <= 0:
             raise CallError(Status.DEADLINE, "the deadline passed before the call could start")
         client = self._workers.local(self, self._new_client)
+        with self._mapped(), gevent.Timeout(timeout_s, _Deadline):
+            return fn(client)
+
+    @contextmanager
+    def _mapped(self) -> Iterator[None]:
+        """Every exception of a call on this worker's client as a ``CallError``: the one place this transport
+        translates, most specific first. ``InferenceServerException`` carries the HTTP status
+        (``status.from_http_status``); a socket error its errno class (``status.from_os_error``); our deadline,
+        or a connection closed mid-response (the server killed or restarted), leaves the connection half-read,
+        so the worker's client is replaced. The foreign exception, secrets taken out, is the cause."""
         try:
-            with gevent.Timeout(timeout_s, _Deadline):
-                return fn(client)
-        except Exception as exc:  # every failure leaves as a CallError
-            if isinstance(exc, _Deadline | OSError | HTTPConnectionClosed):  # the socket may be mid-message: a new one
-                self._workers.discard(self)
-            raise _translate(exc) from exc
+            yield
+        except CallError:
+            raise
+        except _Deadline as exc:
+            self._workers.discard(self)
+            raise CallError(Status.DEADLINE, "no answer before the deadline") from exc
+        except InferenceServerException as exc:
+            clean = scrub(exc)
+            raise from_http_status(exc.status(), str(clean.message() or clean)) from clean
+        except HTTPConnectionClosed as exc:
+            self._workers.discard(self)
+            clean = scrub(exc)
+            raise CallError(
+                Status.UNAVAILABLE, f"the connection closed before the whole response came: {clean}"
+            ) from clean
+        except OSError as exc:
+            self._workers.discard(self)
+            clean = scrub(exc)
+            raise from_os_error(clean) from clean
+        except Exception as exc:
+            clean = scrub(exc)
+            raise CallError(Status.INTERNAL, f"{type(exc).__name__}: {clean}") from clean
 
     def _control(self, fn: Callable[[Client], T], timeout_s: float) -> T:
         return self._workers.call(lambda: self._run(fn, timeout_s), timeout_s=timeout_s)
@@ -145,7 +170,27 @@ class HttpTransport(Transport):
         return json_format.ParseDict(raw, pb.ModelConfig(), ignore_unknown_fields=True)
 
     def repository_index(self, *, timeout_s: float) -> list[dict[str, Any]]:
-        return [dict(m) for m in self._control(_repository_index, timeout_s)]
+        return [dict(m) for m in self._control(lambda _: self._repository_index(), timeout_s)]
+
+    def _repository_index(self) -> Any:
+        """``POST v2/repository/index`` with ``{}`` as its body (Triton's repository extension): tritonclient's
+        ``get_model_repository_index`` sends none, which Triton takes and MLServer refuses (422, "Field
+        required"), so this one call is made with geventhttpclient's own client, on this worker's thread."""
+        scheme = "https" if self._ssl else "http"
+        client = HTTPClient.from_url(
+            URL(f"{scheme}://{self._address}"),
+            connection_timeout=_SOCKET_TIMEOUT_S,
+            network_timeout=_SOCKET_TIMEOUT_S,
+            ssl_context_factory=self._context_factory,
+        )
+        try:
+            response = client.post("/v2/repository/index", body="{}", headers=self._headers)
+            body = response.read()
+        finally:
+            client.close()
+        if response.status_code != 200:
+            raise from_http_status(response.status_code, _error_text(body))
+        return json.loads(body)
 
     def statistics(self, model: str, *, timeout_s: float) -> dict[str, Any]:
         return dict(self._control(lambda c: c.get_inference_statistics(model), timeout_s))
@@ -165,12 +210,15 @@ class HttpTransport(Transport):
         """Nothing to do here: each worker closes its own client as it ends (``Workers.stop``)."""
 
 
-def _repository_index(client: Client) -> Any:
-    """``POST v2/repository/index`` with ``{}`` as its body: tritonclient sends none, which Triton takes and
-    MLServer refuses (422, "Field required")."""
-    response = client._post(request_uri="v2/repository/index", request_body="{}", headers=None, query_params=None)
-    _raise_if_error(response)
-    return json.loads(response.read())
+def _error_text(body: bytes) -> str:
+    """The ``error`` of an Open Inference Protocol error body (``{"error": "..."}``), else the body as text;
+    secrets taken out (a proxy may echo what it was sent)."""
+    text = body.decode("utf-8", "replace")
+    try:
+        error = json.loads(text).get("error") if text else None
+    except (ValueError, AttributeError):
+        error = None
+    return redact(str(error) if error else (text or "the server sent an empty response"))
 
 
 class _HttpResult(WireResult):
@@ -193,4 +241,4 @@ class _HttpResult(WireResult):
         array = self._result.as_numpy(name)
         if array is None:
             raise CallError(Status.INTERNAL, f"the response carries no data for output {name!r}")
-        return np.asarray(array)
+        return conform(np.asarray(array), self.datatype(name))

@@ -25,9 +25,13 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
-from ...errors import ConfigError
+from tritonclient.utils import InferenceServerException
+
+from ....errors import ConfigError
+
+E = TypeVar("E", bound=BaseException)
 
 #: Triton 2.51 reads a restricted gRPC protocol's key from this header prefix plus the key's name.
 GRPC_RESTRICTED_PREFIX = "triton-grpc-protocol-"
@@ -265,14 +269,20 @@ def redact(text: str) -> str:
     return text
 
 
-def scrub(exc: BaseException) -> BaseException:
-    """``exc`` with every secret taken out of its text, in place: it stays the ``__cause__`` of our own error,
-    whose traceback (``-l DEBUG``) prints it. tritonclient's exceptions keep their text in ``_msg``."""
+def scrub(exc: E) -> E:
+    """``exc`` with every secret taken out of its text, to be the ``__cause__`` of our own error, whose traceback
+    (``-l DEBUG``) prints it. A tritonclient ``InferenceServerException`` keeps its text in attributes of its own:
+    it is made anew, redacted, through its public constructor and getters (``message()``, ``status()``,
+    ``debug_details()``), with the original's traceback; any other exception has its ``args`` redacted in place."""
+    if isinstance(exc, InferenceServerException):
+        message, details = exc.message(), exc.debug_details()
+        clean = InferenceServerException(
+            redact(message) if isinstance(message, str) else message,
+            status=exc.status(),
+            debug_details=redact(details) if isinstance(details, str) else details,
+        )
+        return cast(E, clean.with_traceback(exc.__traceback__))
     exc.args = tuple(redact(arg) if isinstance(arg, str) else arg for arg in exc.args)
-    for name in ("_msg", "_debug_details"):
-        value = getattr(exc, name, None)
-        if isinstance(value, str):
-            setattr(exc, name, redact(value))
     return exc
 
 

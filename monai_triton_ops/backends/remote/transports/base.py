@@ -1,9 +1,10 @@
 """What the remote backend needs from a protocol, in neutral terms; the gRPC and HTTP transports implement it.
 
 A transport is the boundary to ``tritonclient``: every call blocks the calling thread until an answer
-or its deadline (``timeout_s``), and every failure comes out as a :class:`~.translate.CallError` (never
-a ``tritonclient`` exception). The backend calls ``infer`` on its worker threads; control calls may
-come from any thread.
+or its deadline (``timeout_s``), and every failure comes out as a :class:`~..status.CallError` (never
+a ``tritonclient`` exception: each transport maps its library's exceptions in one context manager).
+The backend calls ``infer`` on its worker threads; control calls may come from any thread.
+:class:`TransportSettings` is how every endpoint of one backend is spoken to.
 
 Both protocols describe a request with the same ``InferInput`` / ``InferRequestedOutput`` shape, so
 :class:`RequestBuilder` builds it for either client module; only the body encoding differs (HTTP
@@ -14,12 +15,44 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as pb
+
+from .credentials import CredentialOptions, Credentials, load_credentials
+
+
+class TransportOptions(CredentialOptions, Protocol):
+    """The options :class:`TransportSettings` is made from (``RemoteOptions`` has them)."""
+
+    @property
+    def compression(self) -> str: ...
+    @property
+    def keepalive_s(self) -> float | None: ...
+    @property
+    def max_probe_backoff_s(self) -> float: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransportSettings:
+    """How every endpoint of one backend is spoken to; made once from the options (files read here, not per call)."""
+
+    credentials: Credentials = field(default_factory=Credentials)  # TLS material and headers (credentials.py)
+    compression: str | None = None  # gRPC message compression: gzip, deflate
+    keepalive_s: float | None = None  # gRPC keepalive ping period
+    max_reconnect_backoff_s: float | None = None  # gRPC: reconnect to a server that went away at least this often
+
+    @classmethod
+    def from_options(cls, options: TransportOptions) -> TransportSettings:
+        return cls(
+            credentials=load_credentials(options),
+            compression=None if options.compression == "none" else options.compression,
+            keepalive_s=options.keepalive_s,
+            max_reconnect_backoff_s=options.max_probe_backoff_s,
+        )
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,40 @@
+"""How the remote backend speaks to a server: one transport per endpoint, over gRPC or HTTP, and :func:`connect`.
+
+    base.py         the neutral interface (Transport, the wire's tensor specs), the request builder both
+                    protocols share, and TransportSettings (made once from the options)
+    grpc.py         tritonclient gRPC: one thread-safe client, blocking calls, a deadline on each
+    http.py         tritonclient HTTP: one client per worker thread (gevent is not thread-safe)
+    codec.py        the one tensor codec: a caller's array as the wire takes it, wire bytes as numpy
+    tls.py          what gRPC and HTTP are given for TLS; a handshake that says what TLS failure it is
+    credentials.py  TLS material and auth headers, secrets named by env:/file: references, redaction
+
+Each transport turns its library's exceptions into a ``status.CallError`` in one context manager
+(``_mapped``), by status code; nothing above this package sees a ``tritonclient`` exception.
+"""
+
+from __future__ import annotations
+
+from ....errors import BackendUnavailableError
+from ..endpoints import Endpoint
+from ..workers import Workers
+from .base import Transport, TransportSettings
+
+
+def connect(endpoint: Endpoint, settings: TransportSettings, workers: Workers, *, balanced: bool = False) -> Transport:
+    """The transport for ``endpoint``, by its scheme: gRPC shares one thread-safe client, HTTP has one per worker
+    thread (``workers``' threads own them).
+
+    ``balanced``: a gRPC name with several addresses, spread by the channel's ``round_robin``.
+    """
+    try:
+        if endpoint.protocol == "grpc":
+            from .grpc import GrpcTransport
+
+            return GrpcTransport(endpoint, settings, balanced=balanced)
+        from .http import HttpTransport
+
+        return HttpTransport(endpoint, settings, workers)
+    except ImportError as exc:
+        raise BackendUnavailableError(
+            f"{endpoint.url}: tritonclient is missing ({exc}); pip install 'tritonclient[grpc,http]'"
+        ) from exc

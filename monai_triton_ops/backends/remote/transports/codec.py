@@ -1,0 +1,53 @@
+"""The one tensor codec of the remote backend: a caller's array as the wire takes it, and wire bytes as numpy.
+
+The Open Inference Protocol carries a tensor as ``datatype``, ``shape`` and raw little-endian bytes in row-major
+order (``raw_input_contents`` / ``raw_output_contents`` over gRPC, the binary tensor extension over HTTP; a
+BYTES element is a 4-byte length and its bytes). Inputs go out as C-contiguous numpy arrays (``to_numpy``:
+tritonclient's ``set_data_from_numpy`` and a shared memory slot both copy from one); outputs come back as raw
+bytes in a response body and are read with this package's one dtype table
+(``signature.dtype_to_numpy``: ``BF16`` as raw 16-bit words, numpy having no bfloat16) by :func:`decode`
+(a slot's outputs are views with the same table, ``exchange.py``). Over HTTP tritonclient decodes the body
+(binary or JSON, through its public ``as_numpy``: the raw bytes are private to it), and :func:`conform` brings
+the array to the same table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from tritonclient.utils import deserialize_bytes_tensor
+
+from ....signature import dtype_to_numpy
+
+
+def to_numpy(value: Any) -> np.ndarray:
+    """A C-contiguous numpy array of a caller's input (torch on any device, numpy, or a MetaTensor)."""
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach()
+        if type(tensor) is not torch.Tensor:
+            tensor = tensor.as_subclass(torch.Tensor)
+        if tensor.device.type != "cpu":
+            tensor = tensor.cpu()
+        if tensor.dtype == torch.bfloat16:
+            tensor = tensor.view(torch.uint16)
+        return np.ascontiguousarray(tensor.numpy())
+    return np.ascontiguousarray(value)
+
+
+def decode(data: bytes, datatype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """The tensor whose wire bytes are ``data``: a read-only view for every datatype but BYTES, whose elements
+    are decoded. Raises ``ValueError`` when the bytes do not fill ``shape``."""
+    if datatype == "BYTES":
+        values = deserialize_bytes_tensor(data) if data else np.empty(0, dtype=np.object_)
+        return np.asarray(values).reshape(shape)
+    return np.frombuffer(data, dtype=dtype_to_numpy(datatype)).reshape(shape)
+
+
+def conform(array: np.ndarray, datatype: str) -> np.ndarray:
+    """An array tritonclient decoded, in this package's dtype for ``datatype`` (``BF16``: its raw 16-bit words)."""
+    dtype = dtype_to_numpy(datatype)
+    if array.dtype != dtype and array.dtype.itemsize == dtype.itemsize and dtype.kind != "O":
+        return array.view(dtype)
+    return array
