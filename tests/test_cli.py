@@ -15,6 +15,8 @@ import pytest
 from monai_triton_ops import __version__
 from monai_triton_ops.cli import build_parser, main
 
+ROOT = Path(__file__).resolve().parents[1]
+
 pytestmark = pytest.mark.usefixtures("restore_console")
 
 RECORDER = """\
@@ -125,6 +127,19 @@ def test_help_and_version_start_without_torch_or_holoscan() -> None:
     assert helped.returncode == 0
     assert helped.stderr == ""
     assert "Exit codes: 0 success" in " ".join(helped.stdout.split())
+
+
+def test_repo_describe_of_a_model_folder_leaves_monai_unimported() -> None:
+    """Only a bundle needs ``monai.bundle`` (which imports the whole of MONAI, seconds): describing a Triton model
+    folder asks whether it is a bundle without loading it."""
+    probe = (
+        "import sys\nfrom monai_triton_ops.cli import main\n"
+        f"main(['repo', 'describe', {str(ROOT / 'model_repository' / 'brain_tissue_seg')!r}])\n"
+        "print('monai' in sys.modules, 'monai.bundle' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert "brain_tissue_seg" in result.stdout
+    assert result.stdout.splitlines()[-1] == "False False"
 
 
 def test_exec_raises_the_stack_limit_for_the_app(recorder: Path, tmp_path: Path) -> None:

@@ -3,18 +3,41 @@
 ``read_bundle`` finds and builds a bundle (folder or TorchScript file with embedded configs), ``run_bundle``
 runs one inference as the App SDK's bundle operator does, with any network (a backend's predictor).
 This package imports no backend, pipeline, operator or CLI module.
+
+Its names are loaded when first used (PEP 562): ``monai.bundle`` imports the whole of MONAI (seconds), and a
+command that only asks whether a path is a bundle (``repo describe`` of a Triton model folder) should not pay that.
 """
 
-from .config import DEFAULT_CONFIG_NAMES as DEFAULT_CONFIG_NAMES
-from .config import BundleConfig as BundleConfig
-from .config import ItemNames as ItemNames
-from .network import MetaNetwork as MetaNetwork
-from .network import export_torchscript as export_torchscript
-from .reader import Bundle as Bundle
-from .reader import read_bundle as read_bundle
-from .run import run_bundle as run_bundle
-from .source import find_bundle as find_bundle
-from .source import is_bundle as is_bundle
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .config import BundleConfig as BundleConfig
+    from .config import ItemNames as ItemNames
+    from .network import MetaNetwork as MetaNetwork
+    from .network import export_torchscript as export_torchscript
+    from .reader import Bundle as Bundle
+    from .reader import read_bundle as read_bundle
+    from .run import run_bundle as run_bundle
+    from .source import DEFAULT_CONFIG_NAMES as DEFAULT_CONFIG_NAMES
+    from .source import find_bundle as find_bundle
+    from .source import is_bundle as is_bundle
+
+#: Each public name -> the module of this package that defines it.
+_HOMES = {
+    "DEFAULT_CONFIG_NAMES": "source",
+    "BundleConfig": "config",
+    "ItemNames": "config",
+    "MetaNetwork": "network",
+    "export_torchscript": "network",
+    "Bundle": "reader",
+    "read_bundle": "reader",
+    "run_bundle": "run",
+    "find_bundle": "source",
+    "is_bundle": "source",
+}
 
 __all__ = [
     "DEFAULT_CONFIG_NAMES",
@@ -28,3 +51,12 @@ __all__ = [
     "read_bundle",
     "run_bundle",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{home}", __name__), name)
+    globals()[name] = value
+    return value

@@ -18,10 +18,10 @@ from monai.bundle import ConfigParser
 from monai.bundle.utils import merge_kv
 
 from ..errors import BundleError
+from .source import DEFAULT_CONFIG_NAMES as DEFAULT_CONFIG_NAMES
 from .source import BundleFile, BundleSource
 
 #: The App SDK's defaults (``BundleConfigNames``).
-DEFAULT_CONFIG_NAMES = ("inference",)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,9 @@ import yaml
 
 from ..errors import BundleError
 
+#: The config a bundle runs when no other is named: ``configs/inference.(json|yaml)``, as the App SDK reads it.
+DEFAULT_CONFIG_NAMES = ("inference",)
+
 #: The config file suffixes a bundle may use, in the order they are looked for (the App SDK's order).
 SUFFIXES = (".json", ".yaml", ".yml")
 METADATA = "metadata"

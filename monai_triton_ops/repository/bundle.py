@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..bundles import DEFAULT_CONFIG_NAMES, Bundle, export_torchscript, is_bundle, read_bundle
+from ..bundles.source import DEFAULT_CONFIG_NAMES, is_bundle
 from ..errors import BundleError, RepositoryError
 from . import layout
 from .builder import build_repository
@@ -33,6 +33,7 @@ from .naming import rename
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
+    from ..bundles import Bundle
     from .entry import EntryKeywords
 
 logger = logging.getLogger(__name__)
@@ -73,6 +74,8 @@ def build_bundle(
     Keywords as for ``build_repository`` (``flavor="libtorch"`` for an NGC server); ``bundle_metadata`` is
     the bundle's own and cannot be given.
     """
+    from ..bundles import export_torchscript, read_bundle  # MONAI whole: only where a bundle is read
+
     bundle = read_bundle(bundle_path, config_names)
     model_name = model_name_of(bundle, name)
     if keywords.get("bundle_metadata") is not None:
@@ -155,6 +158,8 @@ def bundle_target(path: str | Path) -> bool:
 
 def describe_bundle(path: str | Path, config_names: Sequence[str] = DEFAULT_CONFIG_NAMES) -> Description:
     """What ``repo describe`` says of a bundle: the signature its metadata gives, and what it runs."""
+    from ..bundles import read_bundle
+
     bundle = read_bundle(path, config_names)
     signature = rename(
         signature_from_metadata(model_name_of(bundle), bundle.metadata), bundle.input_names, bundle.output_names
@@ -168,6 +173,8 @@ def describe_bundle(path: str | Path, config_names: Sequence[str] = DEFAULT_CONF
 
 def check_bundle(path: str | Path, config_names: Sequence[str] = DEFAULT_CONFIG_NAMES) -> EntryReport:
     """``repo check`` on a bundle: everything built as a run builds it, the network loaded; problems listed."""
+    from ..bundles import export_torchscript, read_bundle
+
     try:
         bundle = read_bundle(path, config_names)
         name = model_name_of(bundle)
