@@ -3,7 +3,7 @@
 
 Side by side, round by round, one start of each path per round (each start until every model is ready, then a
 stop): Triton's defaults (four models at once, auto-complete on: one extra stub per model); one at a time;
-auto-complete off; both (what a start does now on 2 cores). The repository is the volume-mode test's: the sample
+auto-complete off (what a start does now); both. The repository is the volume-mode test's: the sample
 model and an untrained one, each with its ``_volume`` model (all four stubs import torch, two import MONAI). Prints
 the median wall seconds and CPU seconds (the server and its stubs, reaped) per start and the ratios to the first path.
 
@@ -27,16 +27,15 @@ from monai.networks.nets import UNet
 
 from monai_triton_ops.repository.builder import build_repository
 from monai_triton_ops.repository.volume import wrap_network
-from monai_triton_ops.server import LocalTritonServer
+from monai_triton_ops.server import LocalTritonServer, options
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Each path's flags after ours on the command line (the last of a repeated flag wins; the deprecated
-#: ``--strict-model-config=false`` is the one way back to auto-complete after ``--disable-auto-complete-config``).
-PATHS: dict[str, tuple[str, ...]] = {
-    "Triton's defaults (4 at once, auto-complete)": ("--model-load-thread-count=4", "--strict-model-config=false"),
-    "one at a time, auto-complete": ("--model-load-thread-count=1", "--strict-model-config=false"),
-    "4 at once, no auto-complete": ("--model-load-thread-count=4",),
-    "one at a time, no auto-complete (now)": ("--model-load-thread-count=1",),
+#: Each path: how many models load at once, and whether Triton auto-completes the configs.
+PATHS: dict[str, tuple[int, bool]] = {
+    "Triton's defaults (4 at once, auto-complete)": (4, True),
+    "one at a time, auto-complete": (1, True),
+    "4 at once, no auto-complete (now)": (4, False),
+    "one at a time, no auto-complete": (1, False),
 }
 
 
@@ -59,11 +58,12 @@ def make_repository(folder: Path) -> Path:
     return repo
 
 
-def start_once(repo: Path, flags: tuple[str, ...]) -> tuple[float, float]:
+def start_once(repo: Path, threads: int, auto_complete: bool) -> tuple[float, float]:
     """Wall and CPU seconds (children reaped: the server and its stubs) of one start until ready."""
+    options.needs_auto_complete = lambda _repository: auto_complete  # the launcher's choice, made for this path
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
-    with LocalTritonServer(repo, startup_timeout_s=300.0, extra_args=flags):
+    with LocalTritonServer(repo, startup_timeout_s=300.0, model_load_thread_count=threads):
         wall = time.monotonic() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
@@ -78,8 +78,8 @@ def main() -> None:
         walls: dict[str, list[float]] = {label: [] for label in PATHS}
         cpus: dict[str, list[float]] = {label: [] for label in PATHS}
         for _ in range(args.rounds):
-            for label, flags in PATHS.items():
-                wall, cpu = start_once(repo, flags)
+            for label, (threads, auto_complete) in PATHS.items():
+                wall, cpu = start_once(repo, threads, auto_complete)
                 walls[label].append(wall)
                 cpus[label].append(cpu)
     first = next(iter(PATHS))

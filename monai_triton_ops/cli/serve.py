@@ -22,7 +22,7 @@ def add_serve(commands: argparse._SubParsersAction[Any]) -> None:
     p.add_argument(
         "--model-load-thread-count",
         type=int,
-        help="models loaded at once (default: half the cores, 1 to 4: Python-backend loads starved of CPU abort 2.51)",
+        help="models loaded at once (default: Triton's, 4)",
     )
     add_log_level(p, default="INFO")
     p.set_defaults(handler=_run_serve)

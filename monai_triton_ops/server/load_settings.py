@@ -1,32 +1,21 @@
-"""How a ``tritonserver`` loads a repository: how many models at once, and whether it completes their configs.
+"""How a ``tritonserver`` loads a repository: whether it completes the models' configs.
 
 A Python-backend model's load is CPU work in a stub process (its interpreter starts and imports torch), and the
 backend gives a stub fixed windows to answer (10 s to start, a health beat within 1 s: python_backend
-``src/stub_launcher.cc``, ``src/python_be.cc``). Loads that contend for the cores stretch past those windows, and a
-stub killed or starved while it holds one of the backend's interprocess locks makes the next lock throw and abort
-the whole server (``boost::interprocess::lock_exception``, triton-inference-server/server#8882). So:
-
-- at most half the cores' worth of models load at once (``--model-load-thread-count``; Triton's default is 4):
-  on 2 cores one at a time, which also starts four Python models sooner than four at once (11 s against 18 s);
-- Triton's auto-complete is turned off (``--disable-auto-complete-config``, as the in-process server's strict
-  config already is) when no model needs it. Auto-complete starts one more stub per Python model, only to ask
-  ``model.py`` for an ``auto_complete_config`` that the configs ``monai-triton repo build`` writes do not need.
+``src/stub_launcher.cc``, ``src/python_be.cc``); a stub starved of CPU at the wrong moment makes the backend abort the
+whole server (``boost::interprocess::lock_exception``, triton-inference-server/server#8882). Triton's auto-complete
+starts one more stub per Python model, only to ask ``model.py`` for an ``auto_complete_config`` that the configs
+``monai-triton repo build`` writes do not need, so it is turned off (``--disable-auto-complete-config``, as the
+in-process server's strict config already is) when no model needs it: a third less CPU and half the time for four
+Python models (``benchmarks/bench_server_start.py``). Loading fewer models at once saves no CPU and doubled that
+time, so Triton's own load concurrency stays (``--model-load-thread-count``, an option).
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-#: Triton's own default for ``--model-load-thread-count``.
-TRITON_LOAD_THREADS = 4
 _CONFIG = "config.pbtxt"
-
-
-def load_threads(cpus: int | None = None) -> int:
-    """How many models a server on this machine loads at once: half the cores, 1 to Triton's default of 4."""
-    count = cpus if cpus is not None else len(os.sched_getaffinity(0))
-    return max(1, min(TRITON_LOAD_THREADS, count // 2))
 
 
 def needs_auto_complete(repository: Path) -> bool:

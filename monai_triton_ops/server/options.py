@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..errors import ConfigError
-from .load_settings import load_threads, needs_auto_complete
+from .load_settings import needs_auto_complete
 from .ports import LOOPBACK
 
 ModelControlMode = Literal["none", "explicit"]
@@ -39,7 +39,7 @@ class ServerOptions:
     models: tuple[str, ...] = ()
     """Models to wait for (``none``: default every model in the repository) or to load (``explicit``)."""
     model_load_thread_count: int | None = None
-    """How many models load at once; default ``load_settings.load_threads()``: half the cores, 1 to 4."""
+    """How many models load at once; default Triton's own (4)."""
     extra_args: tuple[str, ...] = field(default=())
     """Appended to the command line as they are."""
 
@@ -123,7 +123,8 @@ def build_argv(
     ]
     if shm_prefix:
         argv.append(f"--backend-config=python,shm-region-prefix-name={shm_prefix}")
-    argv.append(f"--model-load-thread-count={options.model_load_thread_count or load_threads()}")
+    if options.model_load_thread_count is not None:
+        argv.append(f"--model-load-thread-count={options.model_load_thread_count}")
     if not needs_auto_complete(options.model_repository):
         argv.append("--disable-auto-complete-config")
     if options.model_control_mode == "explicit":

@@ -111,9 +111,10 @@ STEPS = 8000
 #: The quickest a request of ``STEPS`` ran on this project's 2-core CI machine, idle and warm (in process, 14 of 16
 #: runs 0.0195-0.0212 s; more through a server): deadlines are a tenth of it at most (:func:`_deadline`).
 FASTEST_RUN_S = 0.02
-#: A request that must miss its deadline runs this long, 200x the deadline: under load a process may not look at its
-#: clock (a timer thread, the transport's timer) until a reply has come, and a reply of 10x the deadline once
-#: came before the deadline was seen (an HTTP backend in a CI run on three workers).
+#: A request that must miss its deadline (or a close's) runs this long, 200x the deadline: under load a process may
+#: not look at its clock (a timer thread, the transport's timer) until a reply has come, and replies of 10x the
+#: deadline came before the deadline was seen (HTTP backends, in CI runs on three workers: a request, and the
+#: last request queued behind two others when close() was called).
 MISSED_STEPS = STEPS * 20
 
 
@@ -517,7 +518,7 @@ def test_the_default_deadline_comes_from_the_options(make: Factory) -> None:
 def test_close_with_requests_in_flight_ends_every_future(factory: Factory) -> None:
     backend = factory("slow", max_in_flight=2).open()
     deadline = _deadline(backend)
-    futures = [backend.submit({"x": _slow(STEPS)}) for _ in range(4)]  # two running, two queued
+    futures = [backend.submit({"x": _slow(MISSED_STEPS)}) for _ in range(4)]  # two running, two queued
     backend.close(timeout_s=deadline)
     assert all(f.done() for f in futures)  # none left hanging
     errors = [f.exception(timeout=0) for f in futures]
@@ -525,7 +526,7 @@ def test_close_with_requests_in_flight_ends_every_future(factory: Factory) -> No
     # one is cut off, and the last (queued behind two whole runs) always is.
     for future, error in zip(futures, errors, strict=True):
         if error is None:
-            np.testing.assert_array_equal(next(iter(future.result(timeout=0).values())), _slow(STEPS))
+            np.testing.assert_array_equal(next(iter(future.result(timeout=0).values())), _slow(MISSED_STEPS))
         else:
             assert isinstance(error, BackendStateError), errors
             assert "closed after waiting" in str(error)

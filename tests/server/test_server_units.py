@@ -6,6 +6,7 @@ import os
 import socket
 import sys
 import sysconfig
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -280,15 +281,13 @@ def test_an_exit_status_without_a_known_abort_is_said_as_it_is() -> None:
     assert logs.server_abort("I1205 some line\n") is None
 
 
-@pytest.mark.parametrize(("cpus", "threads"), [(1, 1), (2, 1), (3, 1), (4, 2), (8, 4), (64, 4)])
-def test_models_load_at_most_half_the_cores_at_once(cpus: int, threads: int) -> None:
-    assert load_settings.load_threads(cpus) == threads
-
-
 def test_a_given_load_thread_count_is_on_the_command_line(tmp_path: Path) -> None:
     options = ServerOptions(model_repository=tmp_path, model_load_thread_count=3)
     argv = build_argv(options, server_path=Path("/x/t"), backend_dir=tmp_path, ports=Ports(1, 2, 3), exit_timeout_s=1)
     assert "--model-load-thread-count=3" in argv
+    default = build_argv(replace(options, model_load_thread_count=None), server_path=Path("/x/t"), backend_dir=tmp_path,
+                         ports=Ports(1, 2, 3), exit_timeout_s=1)  # fmt: skip
+    assert not [arg for arg in default if arg.startswith("--model-load-thread-count")]  # Triton's own default
 
 
 def test_auto_complete_is_needed_only_where_a_config_leaves_something_to_complete(tmp_path: Path) -> None:
