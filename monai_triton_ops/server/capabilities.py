@@ -136,17 +136,25 @@ def load_failure(
     return ModelLoadError(f"model {config.name!r} failed to load in {where}: its config.pbtxt {found[0]}{told}")
 
 
-def _config_or_none(model_dir: Path) -> Any:
-    """The folder's ``config.pbtxt`` parsed as Triton reads it (an omitted name is the folder's), or ``None``
-    when it is missing, unreadable, invalid, or names another model: then the configuration explains nothing.
-    """
+def read_config(model_dir: Path) -> Any:
+    """The folder's ``config.pbtxt`` parsed (a ``ModelConfig``; comments and spacing do not matter), or ``None``
+    when it is missing, unreadable or invalid. The one parse of a config below ``repository/``."""
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2  # not repository.config: that one imports torch
 
     try:
         text = (model_dir / CONFIG_FILENAME).read_text(encoding="utf-8")
-        config = text_format.Parse(text, model_config_pb2.ModelConfig())
+        return text_format.Parse(text, model_config_pb2.ModelConfig())
     except (OSError, UnicodeDecodeError, text_format.ParseError):
+        return None
+
+
+def _config_or_none(model_dir: Path) -> Any:
+    """The folder's ``config.pbtxt`` parsed as Triton reads it (an omitted name is the folder's), or ``None``
+    when it is missing, unreadable, invalid, or names another model: then the configuration explains nothing.
+    """
+    config = read_config(model_dir)
+    if config is None:
         return None
     if not config.name:
         config.name = model_dir.name

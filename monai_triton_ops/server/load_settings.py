@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-_CONFIG = "config.pbtxt"
+from .capabilities import read_config
 
 
 def needs_auto_complete(repository: Path) -> bool:
@@ -24,18 +24,11 @@ def needs_auto_complete(repository: Path) -> bool:
     It does when it has no ``config.pbtxt`` or one Triton cannot parse (Triton then derives or reports it), when
     its config declares no input or no output, or when its ``model.py`` defines ``auto_complete_config``.
     """
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2  # not repository.config: server/ sits below repository/
-
     if not repository.is_dir():
         return True
     for folder in sorted(p for p in repository.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        try:
-            text = (folder / _CONFIG).read_text(encoding="utf-8")
-            config = text_format.Parse(text, model_config_pb2.ModelConfig())
-        except (OSError, UnicodeDecodeError, text_format.ParseError):
-            return True
-        if not config.input or not config.output or _completes_itself(folder):
+        config = read_config(folder)
+        if config is None or not config.input or not config.output or _completes_itself(folder):
             return True
     return False
 

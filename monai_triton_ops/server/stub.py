@@ -22,6 +22,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from .capabilities import read_config
 from .discovery import STUB_NAME
 from .logs import last_line, stub_failure
 
@@ -90,14 +91,9 @@ def is_python_model(folder: Path) -> bool:
     neither a backend nor a platform, Triton picks the backend from the model file, so a ``model.py`` in a
     version folder. A config that does not parse: a ``model.py`` decides (Triton reports the config itself).
     """
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2  # not repository.config: that one imports torch
-
     has_runner = any(folder.glob("*/model.py"))
-    try:
-        text = (folder / "config.pbtxt").read_text(encoding="utf-8")
-        config = text_format.Parse(text, model_config_pb2.ModelConfig())
-    except (OSError, UnicodeDecodeError, text_format.ParseError):
+    config = read_config(folder)
+    if config is None:
         return has_runner
     if config.backend or config.platform:
         return bool(config.backend == "python")
