@@ -40,6 +40,7 @@ from ...errors import ConfigError, MonaiTritonError
 from ...server.health import CONTROL_TIMEOUT_S
 from ...signature import ModelSignature
 from ..status import CallError, Status, to_public
+from ..workers import Workers
 from . import health
 from .endpoints import Endpoint, Resolver, resolve
 from .health import Server, State
@@ -47,7 +48,6 @@ from .members import Members
 from .options import RemoteOptions
 from .protocol import BINARY_TENSORS, Served, describe_model, mismatch
 from .transports.base import TransportSettings
-from .workers import Workers
 
 logger = logging.getLogger(__name__)
 

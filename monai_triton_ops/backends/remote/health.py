@@ -52,12 +52,12 @@ from typing import Any
 from ...errors import ModelLoadError, ModelNotFoundError, ServerUnavailableError
 from ..deadlines import call_at
 from ..status import CallError, Status, to_public
+from ..workers import JOIN_TIMEOUT_S, Workers
 from .endpoints import Address, Endpoint
 from .protocol import UNKNOWN_SERVER, ServerInfo
 from .transports.base import Transport
 from .transports.credentials import Credentials
 from .transports.tls import check_handshake
-from .workers import JOIN_TIMEOUT_S, Workers
 
 logger = logging.getLogger(__name__)
 

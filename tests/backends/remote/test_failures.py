@@ -208,15 +208,15 @@ def test_at_most_max_in_flight_requests_are_outstanding(server: LocalTritonServe
     backend = open_backend(f"{server.grpc_url}?max_in_flight=4&shared_memory=system", "ident")
     most = 0
     lock = threading.Lock()
-    submit = backend._submit
+    infer = backend._infer
 
     def counting(request):  # type: ignore[no-untyped-def]
         nonlocal most
         with lock:
             most = max(most, backend._in_flight)
-        return submit(request)
+        return infer(request)
 
-    backend._submit = counting  # type: ignore[method-assign]
+    backend._infer = counting  # type: ignore[method-assign]
     futures = [backend.submit({"INPUT__0": np.full(4, i, np.float32)}) for i in range(1000)]
     wait(futures, timeout=300)
     for i, future in enumerate(futures):

@@ -29,8 +29,8 @@ from tritonclient.grpc import model_config_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
 from ...status import CallError, Status, from_http_status, from_os_error
+from ...workers import Made, Workers
 from ..endpoints import Endpoint
-from ..workers import Made, Workers
 from .base import (
     RequestBuilder,
     Transport,
