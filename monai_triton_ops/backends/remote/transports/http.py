@@ -71,6 +71,7 @@ class HttpTransport(Transport):
 
     def __init__(self, endpoint: Endpoint, settings: TransportSettings, workers: Workers) -> None:
         self.url = endpoint.url
+        self.credentials = settings.credentials
         self._requests = RequestBuilder(httpclient, binary=_BINARY)
         self._address = endpoint.address
         self._headers = settings.credentials.headers_for(self.protocol)
