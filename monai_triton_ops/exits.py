@@ -8,6 +8,7 @@ failure reads the same wherever it happens::
     2    bad input or usage: an option, path, model, image or configuration that cannot work
     3    unavailable: a backend that is not built or not installed, a server that is absent or failed,
          a program a MAP build needs (buildah, mmdebstrap) missing or failing
+    4    the server failed on a request: its internal error (the server's or its model's), not bad input
     130  interrupted (Ctrl-C, SIGINT)
     143  terminated (SIGTERM)
 
@@ -31,6 +32,7 @@ from .errors import (
     PackagingError,
     PortInUseError,
     ServerError,
+    ServerInternalError,
 )
 from .interrupts import INTERRUPTED, TERMINATED, wait_if_stopping
 
@@ -38,6 +40,7 @@ OK = 0
 BUG = 1
 USAGE = 2
 UNAVAILABLE = 3
+SERVER_FAILED = 4
 
 #: What each code means, for help texts and docs (docs/quickstart.md lists the same).
 MEANINGS: dict[int, str] = {
@@ -45,6 +48,7 @@ MEANINGS: dict[int, str] = {
     BUG: "a bug (an unexpected exception; rerun with -l DEBUG and report the traceback)",
     USAGE: "bad input or usage (option, path, model, image or configuration)",
     UNAVAILABLE: "backend or server unavailable",
+    SERVER_FAILED: "the server failed on a request (its internal error; its log says why)",
     INTERRUPTED: "interrupted (Ctrl-C, SIGINT)",
     TERMINATED: "terminated (SIGTERM)",
 }
@@ -58,6 +62,8 @@ def exit_code(exc: BaseException) -> int:
     if isinstance(exc, KeyboardInterrupt):
         return INTERRUPTED
     if isinstance(exc, MonaiTritonError):
+        if isinstance(exc, ServerInternalError):
+            return SERVER_FAILED
         if isinstance(exc, PortInUseError):  # the port the user asked for is taken: their choice to change
             return USAGE
         if isinstance(exc, BackendUnavailableError | ServerError | PackagingError | ConnectionError | TimeoutError):
