@@ -2,7 +2,7 @@
 
 KServe 0.21.0 pins pandas<3 and python-dateutil<3, older than ours, so the Makefile's setup makes it a
 virtualenv under the project's cache folder (``$MONAI_TRITON_CACHE``, else ``~/.cache/monai-triton``):
-``kserve-0.21.0/``, its stamp ``.installed`` last. A run without it fails, saying to run ``make setup``.
+``kserve-0.21.0/``, its stamp ``.installed`` last. A run without it fails, saying to run ``make test``.
 
 The server is a script of ours (:data:`SERVER`), run by that virtualenv's Python: ``seg`` doubles a 5-D float32
 tensor ``[-1, 1, -1, -1, -1]`` (numpy only; outputs binary when the request asks for them, as KServe's own
@@ -114,7 +114,7 @@ def python() -> Path:
     stamp = root / ".installed"
     if not stamp.is_file() or stamp.read_text().strip() != VERSION:
         raise RuntimeError(
-            f"KServe {VERSION}'s virtualenv is not at {root}: `make setup` makes it (its pins clash with ours)"
+            f"KServe {VERSION}'s virtualenv is not at {root}: `make test` (its pytest step) makes it (its pins clash with ours)"
         )
     return root / "bin" / "python"
 
