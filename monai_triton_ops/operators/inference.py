@@ -195,6 +195,13 @@ class InferenceOperator(SdkInferenceOperator):
             backend = create_backend(self.backend_spec, self.model_name, **self.backend_options)
         self._interrupt_key = interrupts.register(self._close_now)  # before open: a load can be interrupted too
         self._backend = backend
+        try:
+            self._open(backend)
+        except BaseException:  # a model or bundle that cannot run here leaves no server, connection or region behind
+            self.stop()
+            raise
+
+    def _open(self, backend: BaseBackend) -> None:
         backend.open()
         if self._bundle is not None:  # the bundle's own inferer: no settings to read
             self._bundle.open(backend)
