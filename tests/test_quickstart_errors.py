@@ -318,7 +318,8 @@ def not_writable(tmp_path: Path) -> BaseException:
 
 
 def volume_bundle(folder: Path) -> object:
-    """A bundle operator over a remote backend in volume mode: refused when it starts, before anything connects."""
+    """A bundle whose inferer the server's sliding window cannot be, over a remote backend in volume mode: refused
+    when it starts, before anything connects."""
     from monai.deploy.core import IOType
     from monai.deploy.operators.monai_bundle_inference_operator import IOMapping
 
@@ -328,7 +329,7 @@ def volume_bundle(folder: Path) -> object:
 
     return InferenceOperator(
         Application(),
-        bundle_path=unet_bundle(folder),
+        bundle_path=unet_bundle(folder, inferer={"_target_": "SliceInferer", "roi_size": [16, 16], "spatial_dim": 2}),
         backend="grpc://127.0.0.1:9?mode=volume",  # nothing listens on 9: the refusal comes first
         input_mapping=[IOMapping("image", Image, IOType.IN_MEMORY)],
         output_mapping=[IOMapping("pred", Image, IOType.IN_MEMORY)],
@@ -360,7 +361,8 @@ def bundle_rows(tmp_path: Path) -> dict[str, Callable[[], BaseException]]:
         "...": read("two_inputs"),
         "bundle file .../configs/inference.json, item 'inferer': SaliencyInferer (an Inferer) may need the network as "
         "a torch module, ...": read("module_inferer"),
-        "bundle file .../configs/inference.json, item 'inferer': mode=volume is not supported for a bundle: ...": (
+        "bundle file .../configs/inference.json, item 'inferer': SliceInferer is not a SlidingWindowInferer; "
+        "mode=volume runs MONAI's SlidingWindowInferer (or SimpleInferer) on the server: ...": (
             lambda: raised(lambda: volume_bundle(tmp_path / "bundles" / "volume").start())
         ),
     }
