@@ -114,7 +114,7 @@ def python() -> Path:
     stamp = root / ".installed"
     if not stamp.is_file() or stamp.read_text().strip() != VERSION:
         raise RuntimeError(
-            f"KServe {VERSION}'s virtualenv is not at {root}: `make test` makes it before pytest (its pins clash with ours)"
+            f"KServe {VERSION}'s virtualenv is not at {root}: `make test` makes it (its pins clash with ours)"
         )
     return root / "bin" / "python"
 
