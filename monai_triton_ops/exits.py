@@ -8,6 +8,8 @@ failure reads the same wherever it happens::
     2    bad input or usage: an option, path, model, image or configuration that cannot work
     3    unavailable: a backend that is not built or not installed, a server that is absent or failed,
          a program a MAP build needs (buildah, mmdebstrap) missing or failing
+    70   ended at interpreter exit with requests still in the in-process Triton server after its deadline
+         (``backends/inprocess_server.py``; ``docs/inprocess.md``)
     130  interrupted (Ctrl-C, SIGINT)
     143  terminated (SIGTERM)
 
@@ -38,6 +40,8 @@ OK = 0
 BUG = 1
 USAGE = 2
 UNAVAILABLE = 3
+#: The in-process server's exit hook ends the process with it (``inprocess_server.STRANDED_EXIT_CODE``).
+STRANDED = 70
 
 #: What each code means, for help texts and docs (docs/quickstart.md lists the same).
 MEANINGS: dict[int, str] = {
@@ -45,6 +49,7 @@ MEANINGS: dict[int, str] = {
     BUG: "a bug (an unexpected exception; rerun with -l DEBUG and report the traceback)",
     USAGE: "bad input or usage (option, path, model, image or configuration)",
     UNAVAILABLE: "backend or server unavailable",
+    STRANDED: "requests still in the in-process Triton server at exit, after its deadline",
     INTERRUPTED: "interrupted (Ctrl-C, SIGINT)",
     TERMINATED: "terminated (SIGTERM)",
 }
