@@ -121,6 +121,18 @@ def dead_stub() -> BaseException:
     return status.to_public(answer, model="seg", url=status.IN_PROCESS)
 
 
+def server_failed() -> BaseException:
+    """What a server's internal error becomes, through the status table, where the message is made.
+
+    Caused for real by a model that raises: on KServe's model server over gRPC and HTTP
+    (``tests/backends/remote/test_kserve.py``), on Triton (``tests/backends/remote/test_failures.py``).
+    """
+    from monai_triton_ops.backends import status
+
+    answer = status.from_grpc_status("StatusCode.INTERNAL", "Internal server error")
+    return status.to_public(answer, model="seg", url="grpc://127.0.0.1:8001")
+
+
 def mixed_fleet(tmp_path: Path) -> BaseException:
     """Two real servers that serve different models under one name: refused when the backend opens."""
     from . import triton_models
@@ -480,6 +492,8 @@ def triggers(tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch) -> dic
         "model 'seg' on ...: the model's backend process is gone (Stub process 'seg_0_0' is not healthy.); ...": (
             lambda: dead_stub()
         ),
+        "model 'seg' on ...: the server failed on the request (its own or its model's internal error; its log says "
+        "why): ...": server_failed,
         "--shared-memory: backend 'torch' has no option 'shared_memory'; its options: ...": lambda: raised(
             lambda: resolve_backend_options("torch", {"shared_memory": "none"}, environ={})
         ),

@@ -5,12 +5,15 @@ Everything that must behave the same on every backend lives in ``BaseBackend`` (
 calls, the hooks a backend implements) and the request flow under it (``flow.py``):
 
     submit(inputs) -> validate -> split to max_batch_size -> queue -> at most max_in_flight requests
-    handed to the backend (_submit, or _infer on a small worker pool) -> check outputs -> convert to
-    the caller's array family -> join in order -> the caller's Future (or InferenceTimeoutError at
-    the deadline, after a best-effort _cancel)
+    handed to the backend (_infer on the contract's worker pool, workers.py; or _submit, a backend's own
+    asynchronous call) -> check outputs -> convert to the caller's array family -> join in order -> the
+    caller's Future (or InferenceTimeoutError at the deadline, after a best-effort cancel)
 
     infer(inputs), one request, a backend that allows it, fewer than max_in_flight out -> the same
-    checks, limits and errors, but the request runs on the caller's thread (_infer_here): no hand-off
+    checks, limits and errors, but _infer runs on the caller's thread: no hand-off
+
+The queue, the in-flight limit and the future of a request are the contract's alone: a backend runs one
+request when asked (``_infer``, or ``_submit``) and sees a request's cancellation on ``request.cancelled``.
 
 ``close(timeout_s)`` stops new requests, lets those in flight finish until its deadline, then
 fails the rest with ``BackendStateError`` and releases the backend. Arrays a backend returns are
@@ -20,12 +23,13 @@ the caller's to keep: never views into memory the backend reuses (see ``docs/arc
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, ClassVar, NamedTuple, overload
@@ -40,6 +44,7 @@ from .arrays import ArrayFamily, ArrayLike
 from .flow import BackendState, RequestFlow
 from .options import BackendOptions
 from .requests import Call, InferRequest, Parameter
+from .workers import JOIN_TIMEOUT_S, Workers
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -63,9 +68,9 @@ class BaseBackend(RequestFlow, ABC):
     """Lifecycle, validation, batch split, requests in flight, deadlines and conversions.
 
     A subclass provides ``_open`` and either ``_infer`` (synchronous: run on the base's worker
-    pool, ``max_in_flight`` threads) or ``_submit`` (asynchronous: must not block, completes the
-    future exactly once), optionally ``_cancel``, ``_close`` and ``_can_infer_here`` / ``_infer_here``
-    (``infer()`` on the caller's thread). ``open()`` is explicit (and done
+    pool, ``max_in_flight`` threads, made before ``_open`` and given to it as ``self._pool``) or ``_submit``
+    (asynchronous: must not block, completes the future exactly once), optionally ``_cancel``, ``_close``
+    and ``_can_infer_here`` (``_infer`` on the caller's thread). ``open()`` is explicit (and done
     by ``with``) so heavy loading happens where the caller chooses; a closed backend never reopens.
     """
 
@@ -116,7 +121,8 @@ class BaseBackend(RequestFlow, ABC):
         self._drained = threading.Condition(self._lock)  # what close() waits on: requests and calls ending
         self._signature: ModelSignature | None = None
         self._check_inputs: InputChecks | None = None
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: Workers | None = None
+        self._pid = os.getpid()  # the process that opened it: its threads and connections are not a forked child's
         self._queue: deque[tuple[Call, int]] = deque()
         self._calls: set[Call] = set()
         self._in_flight = 0
@@ -128,7 +134,8 @@ class BaseBackend(RequestFlow, ABC):
         """Load or connect to the model and return its signature."""
 
     def _infer(self, request: InferRequest) -> Mapping[str, ArrayLike]:
-        """Synchronous backends: run one request (on a pool thread); outputs keyed by requested names."""
+        """Synchronous backends: run one request (on a pool thread, or the caller's: ``_can_infer_here``); outputs
+        keyed by requested names. A long request looks at ``request.cancelled`` between its steps."""
         raise NotImplementedError
 
     def _submit(self, request: InferRequest) -> Future[Mapping[str, ArrayLike]]:
@@ -138,8 +145,13 @@ class BaseBackend(RequestFlow, ABC):
             raise BackendStateError(f"{self!r}: no worker pool (not open)")
         return pool.submit(self._run_sync, request)
 
+    @property
+    def _synchronous(self) -> bool:
+        """Whether this backend runs ``_infer`` on the contract's pool (it does not override ``_submit``)."""
+        return type(self)._submit is BaseBackend._submit
+
     def _can_infer_here(self) -> bool:
-        """Whether ``infer()`` may run a request on the calling thread now (``_infer_here``); default no.
+        """Whether ``infer()`` may run a request's ``_infer`` on the calling thread now; default no.
 
         Only for a backend whose request keeps its own deadline on any thread (its blocking calls
         carry the time left) and ends when ``close()`` releases the backend: the base arms no timer for
@@ -147,12 +159,9 @@ class BaseBackend(RequestFlow, ABC):
         """
         return False
 
-    def _infer_here(self, request: InferRequest) -> Mapping[str, ArrayLike]:
-        """Run one request on the calling thread (see ``_can_infer_here``); outputs keyed by requested names."""
-        raise NotImplementedError
-
     def _cancel(self, request: InferRequest) -> None:
-        """Best effort: stop a request past its deadline or left over at ``close()``."""
+        """Best effort: stop a request past its deadline or left over at ``close()`` (``request.cancelled`` is
+        already set)."""
 
     def _close(self) -> None:
         """Release what ``_open`` acquired; requests that ignored ``_cancel`` may still be running."""
@@ -182,12 +191,15 @@ class BaseBackend(RequestFlow, ABC):
             if self._state in (BackendState.CLOSING, BackendState.CLOSED):
                 raise BackendStateError(f"{self!r}: cannot reopen a backend once it has been closed")
             if self._state is BackendState.NEW:
-                self._signature = self._open()
+                self._pid = os.getpid()
+                if self._synchronous:
+                    self._pool = Workers(f"{self.kind}-{self.model_name}", self.options.max_in_flight)
+                try:
+                    self._signature = self._open()
+                except BaseException:
+                    self._stop_pool()
+                    raise
                 self._check_inputs = InputChecks(self._signature)
-                if type(self)._submit is BaseBackend._submit:
-                    self._pool = ThreadPoolExecutor(
-                        self.options.max_in_flight, thread_name_prefix=f"{self.kind}-{self.model_name}"
-                    )
                 self._state = BackendState.OPEN
                 logger.info("opened %r: inputs %s outputs %s", self, self._signature.inputs, self._signature.outputs)
         return self
@@ -216,11 +228,16 @@ class BaseBackend(RequestFlow, ABC):
         try:
             self._close()
         finally:
-            if self._pool is not None:
-                self._pool.shutdown(wait=False, cancel_futures=True)
+            self._stop_pool()
             with self._lock:
                 self._state = BackendState.CLOSED
             logger.info("closed %r (%d request(s) cut off)", self, len(leftover))
+
+    def _stop_pool(self) -> None:
+        """No new work for the pool; wait (``JOIN_TIMEOUT_S`` in all) for threads that release what they own."""
+        pool, self._pool = self._pool, None
+        if pool is not None and os.getpid() == self._pid:
+            pool.stop(join_timeout_s=JOIN_TIMEOUT_S)
 
     def __enter__(self) -> Self:
         return self.open()

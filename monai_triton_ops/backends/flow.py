@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 import functools
 import logging
+import os
 import threading
 import time
 import traceback
@@ -57,6 +58,7 @@ class RequestFlow:
     _calls: set[Call]
     _in_flight: int
     _local: threading.local
+    _pid: int
 
     if TYPE_CHECKING:  # BaseBackend's properties and hooks, documented there
 
@@ -64,7 +66,6 @@ class RequestFlow:
         def signature(self) -> ModelSignature: ...
         def _infer(self, request: InferRequest) -> Mapping[str, ArrayLike]: ...
         def _submit(self, request: InferRequest) -> Future[Mapping[str, ArrayLike]]: ...
-        def _infer_here(self, request: InferRequest) -> Mapping[str, ArrayLike]: ...
         def _cancel(self, request: InferRequest) -> None: ...
 
     def _prepare(
@@ -94,6 +95,7 @@ class RequestFlow:
         with self._lock:
             if self._state is not BackendState.OPEN:
                 raise BackendStateError(f"{self!r}: submit() needs an open backend (state {self._state.value})")
+            self._check_process()
             self._calls.add(call)
             self._queue.extend((call, index) for index in range(len(call.requests)))
         # A weak reference: the future keeps its callbacks, so a strong one would make a cycle that keeps every
@@ -110,6 +112,7 @@ class RequestFlow:
         with self._lock:
             if self._state is not BackendState.OPEN:
                 raise BackendStateError(f"{self!r}: infer() needs an open backend (state {self._state.value})")
+            self._check_process()
             if self._queue or self._in_flight >= self.options.max_in_flight:
                 return False
             self._calls.add(call)  # close() waits for it and, past its deadline, fails it like any other
@@ -127,7 +130,7 @@ class RequestFlow:
         request, result = call.requests[0], None
         try:
             try:
-                outputs = self._infer_here(request)
+                outputs = self._infer(request)
                 if request.deadline is not None and time.monotonic() > request.deadline:
                     raise InferenceTimeoutError("the answer came after the deadline")  # as a timer would have had it
             except BaseException as exc:  # whatever the backend raised goes where a submitted request's would
@@ -153,6 +156,13 @@ class RequestFlow:
         if queued:  # requests submitted while this one held its place
             self._pump()
         return result if result is not None else call.future.result()
+
+    def _check_process(self) -> None:
+        """A forked child has none of the parent's threads or connections: it opens a backend of its own."""
+        if os.getpid() != self._pid:
+            raise BackendStateError(
+                f"{self!r} was opened in process {self._pid}; after fork() open a new backend in this process"
+            )
 
     def _signature_if_open(self, what: str) -> tuple[ModelSignature, InputChecks]:
         """No lock: each attribute is read at once, and queueing or starting a request checks the state again under
@@ -277,6 +287,7 @@ class RequestFlow:
         with self._lock:
             running = [call.requests[index] for index in sorted(call.running)]
         for request in running:
+            request.cancelled.set()
             try:
                 self._cancel(request)
             except Exception:  # best effort: the call has already failed with a clear error

@@ -35,6 +35,9 @@ class InferRequest:
     family: ArrayFamily  # what the caller gets back (the base converts)
     deadline: float | None  # time.monotonic() deadline, or None
     parameters: Mapping[str, Parameter] = field(default_factory=dict)  # Triton request parameters, if any
+    #: Set by the contract when the request is no longer wanted (its deadline, ``close()``, the caller's cancel):
+    #: a backend stops between steps (a retry's backoff waits on it).
+    cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
 
     def remaining_s(self) -> float | None:
         """Seconds left until the deadline (negative once passed), or ``None`` without one."""

@@ -134,7 +134,7 @@ class Run:
             time.sleep(0.001)
 
     def wait_for_signals_taken(self, timeout_s: float = 120) -> None:
-        """Until the main thread blocks SIGINT and SIGTERM (``/proc``'s ``SigBlk``): ``interrupts.install`` ran."""
+        """Until the main thread blocks SIGINT and SIGTERM (``/proc``'s ``SigBlk``): ``install_signal_handlers`` ran."""
         wanted = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1))
         deadline = time.monotonic() + timeout_s
         while True:

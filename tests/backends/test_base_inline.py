@@ -1,4 +1,4 @@
-"""``infer()`` on the caller's thread: what the base promises for a request it runs there (``_infer_here``).
+"""``infer()`` on the caller's thread: what the base promises for a request whose ``_infer`` it runs there.
 
 A backend that allows it (``_can_infer_here``) has a one-request ``infer()`` run on the calling thread
 while fewer than ``max_in_flight`` requests are out. These tests hold it to the same promises as a request
@@ -22,6 +22,7 @@ import torch
 
 from monai_triton_ops.backends.base import BackendState, BaseBackend, InferRequest
 from monai_triton_ops.backends.options import BackendOptions
+from monai_triton_ops.backends.workers import Workers
 from monai_triton_ops.errors import BackendStateError, InferenceError, InferenceTimeoutError
 from monai_triton_ops.signature import ModelSignature
 
@@ -54,11 +55,8 @@ class Here(BaseBackend):
     def _can_infer_here(self) -> bool:
         return self.inline
 
-    def _infer_here(self, request: InferRequest) -> Mapping[str, Any]:
-        return self._run("here", request)
-
     def _infer(self, request: InferRequest) -> Mapping[str, Any]:
-        return self._run("pool", request)
+        return self._run("pool" if Workers.on_worker() else "here", request)
 
     def _cancel(self, request: InferRequest) -> None:
         self.cancelled.set()

@@ -234,10 +234,9 @@ class Span:
 
 
 def _record(backend: BaseBackend) -> list[Span]:
-    """Record each request the base hands to the backend, from dispatch to completion (``_submit``, or
-    ``_infer_here`` for an ``infer()`` run on the caller's thread)."""
+    """Record each request the backend runs: from ``_submit`` to its future's completion (an asynchronous
+    backend), or ``_infer``'s call and return (a synchronous one, on the pool or the caller's thread)."""
     spans: list[Span] = []
-    submit, here = backend._submit, backend._infer_here
     lock = threading.Lock()
 
     def started(request: InferRequest) -> Span:
@@ -246,21 +245,27 @@ def _record(backend: BaseBackend) -> list[Span]:
             spans.append(span)
         return span
 
-    def recording(request: InferRequest) -> Any:
-        span = started(request)
-        future = submit(request)
-        future.add_done_callback(lambda _: setattr(span, "end", time.monotonic()))
-        return future
+    if type(backend)._submit is not BaseBackend._submit:
+        submit = backend._submit
 
-    def recording_here(request: InferRequest) -> Any:
+        def recording(request: InferRequest) -> Any:
+            span = started(request)
+            future = submit(request)
+            future.add_done_callback(lambda _: setattr(span, "end", time.monotonic()))
+            return future
+
+        backend._submit = recording  # type: ignore[method-assign]
+        return spans
+    infer = backend._infer
+
+    def recording_infer(request: InferRequest) -> Any:
         span = started(request)
         try:
-            return here(request)
+            return infer(request)
         finally:
             span.end = time.monotonic()
 
-    backend._submit = recording  # type: ignore[method-assign]
-    backend._infer_here = recording_here  # type: ignore[method-assign]
+    backend._infer = recording_infer  # type: ignore[method-assign]
     return spans
 
 

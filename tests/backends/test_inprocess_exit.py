@@ -49,7 +49,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 CHILD = """
 import os, sys, threading, time
 import numpy as np
-from monai_triton_ops import create_backend, interrupts
+from monai_triton_ops import create_backend, install_signal_handlers, interrupts
 {install}
 backend = create_backend("triton{query}", "{model}", model_repository=sys.argv[1], max_in_flight={max_in_flight}).open()
 interrupts.register(lambda: backend.close(timeout_s=0.5))  # what the inference operator registers
@@ -107,7 +107,7 @@ class Child:
 def run_child(tmp_path: Path, repo: Path, *, end: str = "", query: str = "", model: str = "very_slow",
               max_in_flight: int = 8, install: bool = False) -> Child:  # fmt: skip
     code = CHILD.format(
-        install="interrupts.install()" if install else "",
+        install="install_signal_handlers()" if install else "",
         query=query,
         model=model,
         max_in_flight=max_in_flight,

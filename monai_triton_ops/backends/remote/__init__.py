@@ -1,16 +1,17 @@
 """The remote Triton backend (``grpc://``, ``grpcs://``, ``http://``, ``https://``), one room per concern.
 
-A request, from the base's ``submit()`` to the wire (``docs/architecture.md`` draws the whole path):
+A request, from the contract's queue to the wire (``docs/architecture.md`` draws the whole path):
 
-backend.py         RemoteBackend: the contract's hooks; per request, on a worker (or the caller's thread over
-                   gRPC), the attempt loop over the fleet bounded by the deadline, with its Backoff; close
+backend.py         RemoteBackend: the contract's hooks; per request (_infer), on a thread of the contract's pool
+                   (../workers.py, whose threads own HTTP clients) or the caller's over gRPC, the attempt
+                   loop over the fleet bounded by the deadline and the request's cancel, with its Backoff
 fleet.py           which server takes the next attempt, which are down, probing them back (health and choice)
 members.py         the servers a fleet's endpoints stand for and their transports (names resolved again)
 exchange.py        one attempt: where its tensors go (slot or body), the blocking call, outputs (leased views)
 transports/        tritonclient gRPC (one thread-safe client) and HTTP (one client per worker thread), each
                    mapping its library's exceptions in one place; TLS and credentials; the tensor codec;
                    connect(): the transport for one endpoint
-shm/               system shared memory: regions (naming, cleanup at close/exit/SIGTERM/fork), the pool of
+shm/               system shared memory: regions (naming, cleanup at close/exit/fork), the pool of
                    slots and leases and the choice at open, the janitor process for a client that died
 
 and around them:
@@ -22,7 +23,6 @@ protocol.py        what a server speaks (Triton's extensions or the bare Open In
                    where the signature comes from: the model config, or the model metadata; compared with a
                    local config.pbtxt and between servers
 endpoints.py       where the servers are (Endpoint, a name's addresses)
-workers.py         the one worker pool: threads that run whole requests and own per-thread clients
 volume.py          mode=volume: the whole-volume model beside the network
 fallback.py        fallback=torch: the model in this process when no server can take a request
 options.py         RemoteOptions

@@ -1,18 +1,17 @@
 """``RemoteBackend``: a model served by Triton servers, over gRPC or HTTP (``grpc://``, ``http://``, TLS variants).
 
-Open is ``opening.py``. A request, from the base's ``submit()`` to the wire (``docs/architecture.md`` draws it):
+Open is ``opening.py``. A request, from the contract's queue to the wire (``docs/architecture.md`` draws it):
 
-    _submit(request)                        queue put on the worker pool (workers.py): never blocks
-    _run(ticket)       on a worker thread:  the attempt loop below, bounded by the request's deadline
-                       (or on the caller's, over gRPC: _infer_here; HTTP clients belong to the workers)
+    _infer(request)    on a thread of the contract's pool (backends/workers.py), or the caller's over gRPC:
+                       the attempt loop below, bounded by the request's deadline and ``request.cancelled``
       fleet.pick(tried)                     the server for this attempt (fleet.py)
       exchange.send(transport, request)     one attempt: slot or body, one blocking call (transports/), outputs
 
-One pool, one future per request (the pool's). A failure of the server (``fleet.FAILOVER``) goes at once to
-another server this request has not tried; when every server has been tried, a transient error waits its
-:class:`Backoff` (ended early by a cancel) and a new round starts while ``retries`` and the deadline allow; an
-error the model reported, or the deadline, ends the loop; with ``fallback=torch`` a request no server can
-take runs in this process (``fallback.py``).
+The queue, the in-flight limit and the future are the contract's (``backends/flow.py``). A failure of the
+server (``fleet.FAILOVER``) goes at once to another server this request has not tried; when every server has
+been tried, a transient error waits its :class:`Backoff` (ended early by a cancel) and a new round starts
+while ``retries`` and the deadline allow; an error the model reported, or the deadline, ends the loop; with
+``fallback=torch`` a request no server can take runs in this process (``fallback.py``).
 """
 
 from __future__ import annotations
@@ -23,8 +22,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from concurrent.futures import Future
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +33,7 @@ from ...errors import (
 )
 from ...server.health import CONTROL_TIMEOUT_S
 from ...signature import ModelSignature
-from ..base import ArrayLike, Availability, BaseBackend, InferRequest
+from ..base import Availability, BaseBackend, InferRequest
 from ..options import BackendOptions
 from ..status import CallError, Status, to_public
 from .endpoints import spec_endpoints
@@ -45,34 +43,12 @@ from .fleet import FAILOVER, Fleet
 from .health import Server
 from .opening import Target, open_remote
 from .options import RemoteOptions
+from .protocol import run_line
 from .shm.region import live_regions
 from .transports.tls import check_tls_options
 from .volume import served_name
-from .workers import JOIN_TIMEOUT_S, Workers
 
 logger = logging.getLogger(__name__)
-
-
-class _Ticket:
-    """One request handed to the pool; ``cancel()`` stops its attempts and ends a backoff wait at once."""
-
-    __slots__ = ("_wake", "cancelled", "request")
-
-    def __init__(self, request: InferRequest) -> None:
-        self.request = request
-        self.cancelled = False
-        self._wake: threading.Event | None = None
-
-    def cancel(self) -> None:
-        self.cancelled = True
-        if self._wake is not None:
-            self._wake.set()
-
-    def sleep(self, seconds: float) -> None:
-        """A retry's backoff, on the worker thread (no timer thread), cut short by ``cancel()``."""
-        self._wake = threading.Event()
-        if not self.cancelled:
-            self._wake.wait(seconds)
 
 
 @dataclass
@@ -108,10 +84,6 @@ class Backoff:
         if deadline is not None and time.monotonic() + delay >= deadline:
             return None
         return delay
-
-
-#: The transport of each scheme, as the run line names it.
-_TRANSPORTS = {"grpc": "gRPC", "grpcs": "gRPC with TLS", "http": "HTTP", "https": "HTTPS"}
 
 
 class RemoteBackend(BaseBackend):
@@ -156,12 +128,8 @@ class RemoteBackend(BaseBackend):
         self._fallback: TorchFallback | None = None
         self._events: Counter[str] = Counter()  # see ``events``
         self._events_lock = threading.Lock()
-        self._workers: Workers | None = None
         self._fleet: Fleet | None = None
         self._exchange: Exchange | None = None
-        self._tickets: dict[int, _Ticket] = {}
-        self._tickets_lock = threading.Lock()
-        self._pid = os.getpid()
         self._any_thread = False  # whether infer() may run on the caller's thread (the transports say, at open)
         check_tls_options(self.endpoints, options)
 
@@ -178,14 +146,14 @@ class RemoteBackend(BaseBackend):
         return "system" if exchange is not None and exchange.pool is not None else "none"
 
     def describe(self) -> str:
-        """The server, the transport, and where tensors go (and the whole-volume model, in volume mode)."""
+        """The server as its metadata names it, the transport, how tensors travel (and the whole-volume model, in
+        volume mode): ``protocol.run_line``."""
         if not self.urls:
             return super().describe()
-        scheme, _, host = self.urls[0].partition("://")
-        extra = ", system shared memory" if self.shared_memory == "system" else ", tensors in the request body"
-        if self.remote_options.mode == "volume":
-            extra += f", whole volume to {self.model_name!r}"
-        return f"{scheme} (remote Triton at {host} over {_TRANSPORTS.get(scheme, scheme)}{extra})"
+        fleet = self._fleet
+        described = [s.info for s in fleet.servers if s.checked] if fleet is not None else []
+        volume = self.model_name if self.remote_options.mode == "volume" else None
+        return run_line(self.urls[0], described, shared_memory=self.shared_memory == "system", volume_model=volume)
 
     def __repr__(self) -> str:
         return f"RemoteBackend(model={self.model_name!r}, url={self.url!r}, state={self._state.value})"
@@ -205,104 +173,74 @@ class RemoteBackend(BaseBackend):
             url=self.url,
             repository=self.model_repository,
         )
+        assert self._pool is not None  # noqa: S101 - the contract makes it before _open for an _infer backend
         try:
-            opened = open_remote(target, options, self._fallback)
+            opened = open_remote(target, options, self._fallback, self._pool)
         except BaseException:
             if self._fallback is not None:
                 self._fallback.close()
             raise
-        self._workers, self._fleet, self._exchange = opened.workers, opened.fleet, opened.exchange
+        self._fleet, self._exchange = opened.fleet, opened.exchange
         self._any_thread = opened.fleet.any_thread
         via = "the request body" if opened.exchange.pool is None else "system shared memory"
         logger.info("%r: %d server(s), tensors via %s", self, len(opened.fleet.servers), via)
         return opened.signature
 
     # -- requests -----------------------------------------------------------------------------------
-    def _submit(self, request: InferRequest) -> Future[Mapping[str, ArrayLike]]:
-        """Hand the request to a worker; never blocks (shared memory and the network are the worker's)."""
-        if os.getpid() != self._pid:
-            raise BackendStateError(
-                f"{self!r} was opened in process {self._pid}; after fork() open a new backend in this process"
-            )
-        workers = self._workers
-        if workers is None:
-            raise BackendStateError(f"{self!r}: not open")
-        ticket = self._ticket(request)
-        try:
-            return workers.submit(self._run, ticket)
-        except BaseException:  # closing: _run will never drop it
-            with self._tickets_lock:
-                self._tickets.pop(id(request), None)
-            raise
-
     def _can_infer_here(self) -> bool:
         """Over a transport any thread may use (gRPC): every attempt carries the request's time left, a backoff
-        or a fallback keeps its deadline too, and ``close()`` closes the channels and cancels the ticket, so
-        ``infer()`` runs on the caller's thread, failover included. HTTP clients are the workers'."""
-        return self._any_thread and os.getpid() == self._pid
+        or a fallback keeps its deadline too, and ``close()`` closes the channels and cancels the request, so
+        ``infer()`` runs on the caller's thread, failover included. HTTP clients are the pool's threads'."""
+        return self._any_thread
 
-    def _infer_here(self, request: InferRequest) -> Outputs:
-        return self._run(self._ticket(request))
-
-    def _ticket(self, request: InferRequest) -> _Ticket:
-        """The request's ticket, where ``_cancel`` finds it until ``_run`` ends."""
-        ticket = _Ticket(request)
-        with self._tickets_lock:
-            self._tickets[id(request)] = ticket
-        return ticket
-
-    def _run(self, ticket: _Ticket) -> Outputs:
-        """One request on a worker (or the ``infer()`` caller's) thread: attempts in a plain loop over the fleet,
-        inside the request's deadline."""
-        request = ticket.request
+    def _infer(self, request: InferRequest) -> Outputs:
+        """One request: attempts in a plain loop over the fleet, inside its deadline, until ``request.cancelled``."""
         attempts = _Attempts(time.monotonic())
-        try:
-            while True:
-                fleet, exchange = self._fleet, self._exchange
-                if ticket.cancelled or fleet is None or exchange is None:
-                    raise self._public(CallError(Status.CANCELLED, "cancelled before it was sent"), request, attempts)
-                if self._fallback is not None and not fleet.usable():
-                    self._count("fell_back")
-                    return dict(self._fallback.run(request, f"no server is up ({fleet.describe()})"))
-                server = fleet.pick(attempts.tried)
-                if server is None:
-                    if self._next_round(ticket, attempts):
-                        continue
-                    return self._give_up(request, fleet, attempts)
-                attempts.tried[server] += 1
-                attempts.count += 1
-                attempts.servers.add(server.label)
-                transport = fleet.take(server)
-                try:
-                    outputs = exchange.send(transport, request)
-                except CallError as error:
-                    attempts.last, attempts.where = error, server.label
-                    if error.status not in FAILOVER or ticket.cancelled:
-                        raise self._public(error, request, attempts) from error
-                    fleet.failed(server, error)
-                    logger.debug("model %r attempt %d on %s: %s", self.model_name, attempts.count, server.label, error)
+        while True:
+            fleet, exchange = self._fleet, self._exchange
+            if request.cancelled.is_set() or fleet is None or exchange is None:
+                raise self._public(CallError(Status.CANCELLED, "cancelled before it was sent"), request, attempts)
+            if self._fallback is not None and not fleet.usable():
+                self._count("fell_back")
+                return dict(self._fallback.run(request, f"no server is up ({fleet.describe()})"))
+            server = fleet.pick(attempts.tried)
+            if server is None:
+                if self._next_round(request, attempts):
                     continue
-                finally:
-                    fleet.give_back(server)
-                fleet.succeeded(server)
-                if attempts.count > 1:
-                    self._count("failed_over")
-                return outputs
-        finally:
-            with self._tickets_lock:
-                self._tickets.pop(id(request), None)
+                return self._give_up(request, fleet, attempts)
+            attempts.tried[server] += 1
+            attempts.count += 1
+            attempts.servers.add(server.label)
+            transport = fleet.take(server)
+            try:
+                outputs = exchange.send(transport, request)
+            except CallError as error:
+                attempts.last, attempts.where = error, server.label
+                if error.status not in FAILOVER or request.cancelled.is_set():
+                    raise self._public(error, request, attempts) from error
+                fleet.failed(server, error)
+                logger.debug("model %r attempt %d on %s: %s", self.model_name, attempts.count, server.label, error)
+                continue
+            finally:
+                fleet.give_back(server)
+            fleet.succeeded(server)
+            if attempts.count > 1:
+                self._count("failed_over")
+            return outputs
 
-    def _next_round(self, ticket: _Ticket, attempts: _Attempts) -> bool:
-        """Every server tried: wait the backoff for a transient error and start a new round, or ``False``."""
+    def _next_round(self, request: InferRequest, attempts: _Attempts) -> bool:
+        """Every server tried: wait the backoff for a transient error (ended early by a cancel) and start a new
+        round, or ``False``."""
         last = attempts.last
-        if last is None or not last.transient or ticket.cancelled:
+        if last is None or not last.transient or request.cancelled.is_set():
             return False
-        delay = self._backoff.delay_s(attempts.rounds + 1, ticket.request.deadline)
+        delay = self._backoff.delay_s(attempts.rounds + 1, request.deadline)
         if delay is None:
             return False
         attempts.rounds += 1
         logger.debug("model %r: round %d failed (%s); again in %.3f s", self.model_name, attempts.rounds, last, delay)
-        ticket.sleep(delay)
+        if request.cancelled.wait(delay):
+            return False
         attempts.tried.clear()
         return True
 
@@ -339,17 +277,10 @@ class RemoteBackend(BaseBackend):
             )
         return exc
 
-    def _cancel(self, request: InferRequest) -> None:
-        """No further attempt (a call already out ends at its deadline, or when ``close()`` ends the channel)."""
-        with self._tickets_lock:
-            ticket = self._tickets.get(id(request))
-        if ticket is not None:
-            ticket.cancel()
-
     def _close(self) -> None:
+        """Regions retired, channels closed, the fallback unloaded; the contract stops the pool after this."""
         exchange, self._exchange = self._exchange, None
         fleet, self._fleet = self._fleet, None
-        workers, self._workers = self._workers, None
         if os.getpid() != self._pid:  # a forked child: the parent's channels, threads and regions are not ours
             return
         if exchange is not None and exchange.pool is not None:
@@ -358,8 +289,6 @@ class RemoteBackend(BaseBackend):
             fleet.close()
         if self._fallback is not None:
             self._fallback.close()
-        if workers is not None:
-            workers.stop(join_timeout_s=JOIN_TIMEOUT_S)
 
     # -- server information -------------------------------------------------------------------------
     @property

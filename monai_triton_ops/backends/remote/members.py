@@ -22,13 +22,13 @@ from typing import Any
 from ...errors import ConfigError, MonaiTritonError
 from ...server.health import CONTROL_TIMEOUT_S
 from ..status import CallError, to_public
+from ..workers import Workers
 from .endpoints import Address, Endpoint, Resolver, addresses_of, is_name, resolve
 from .health import Prober, Server, State
 from .options import RemoteOptions
 from .protocol import STATISTICS
 from .transports import connect
 from .transports.base import Transport, TransportSettings
-from .workers import Workers
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """What a remote backend's ``open()`` builds before its first request, in this order:
 
-1. the worker pool (``workers.py``) and the fleet (``fleet.py``): every server probed until one has the model
-   ready within ``ready_timeout_s`` (``health.py``), each ready server described (``protocol.py``) and checked
+1. the fleet (``fleet.py``), its control calls on the contract's worker pool: every server probed until one has
+   the model ready within ``ready_timeout_s`` (``health.py``), each ready server described (``protocol.py``) and checked
    to serve the same model; in volume mode the whole-volume model and the network it wraps (``volume.py``);
    with ``fallback=torch`` and no server ready, the signature of the model in this process;
 2. how tensors travel: a pool of shared memory slots on the one server, or the request body
@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ...errors import ModelNotFoundError, ServerUnavailableError
 from ...signature import ModelSignature
+from ..workers import Workers
 from .endpoints import Endpoint
 from .exchange import Exchange
 from .fallback import TorchFallback
@@ -30,14 +31,12 @@ from .protocol import UNKNOWN_SERVER, Served
 from .shm.pool import open_pool
 from .transports.base import TransportSettings
 from .volume import describe_volume, missing_volume_model, volume_parameters
-from .workers import JOIN_TIMEOUT_S, Workers
 
 
 @dataclass(frozen=True)
 class Opened:
-    """An open remote backend's parts: its workers, its servers, how it sends an attempt, and the signature."""
+    """An open remote backend's parts: its servers, how it sends an attempt, and the signature."""
 
-    workers: Workers
     fleet: Fleet
     exchange: Exchange
     signature: ModelSignature
@@ -56,9 +55,9 @@ class Target:
     repository: str | Path | None
 
 
-def open_remote(target: Target, options: RemoteOptions, fallback: TorchFallback | None) -> Opened:
-    """Open the backend's parts (see the module docstring); ``fallback`` (made, not yet loaded) is the caller's."""
-    workers = Workers(f"remote-{target.model}", options.max_in_flight)
+def open_remote(target: Target, options: RemoteOptions, fallback: TorchFallback | None, workers: Workers) -> Opened:
+    """Open the backend's parts (see the module docstring); ``fallback`` (made, not yet loaded) and ``workers`` (the
+    contract's pool, whose threads own HTTP clients) are the caller's."""
     fleet: Fleet | None = None
     try:
         volume = options.mode == "volume"
@@ -89,13 +88,12 @@ def open_remote(target: Target, options: RemoteOptions, fallback: TorchFallback 
     except BaseException:
         if fleet is not None:
             fleet.close()
-        workers.stop(join_timeout_s=JOIN_TIMEOUT_S)
         raise
     version, parameters = "" if target.version is None else str(target.version), {}
     if volume:  # the version asked for is the network's, sent along as a parameter
         version, parameters = "", volume_parameters(target.version)
     exchange = Exchange(signature, version, pool, fallback=options.shared_memory == "auto", parameters=parameters)
-    return Opened(workers, fleet, exchange, signature)
+    return Opened(fleet, exchange, signature)
 
 
 def _open_fleet(fleet: Fleet, target: Target, options: RemoteOptions, fallback: TorchFallback | None) -> ModelSignature:

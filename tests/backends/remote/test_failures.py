@@ -16,7 +16,12 @@ import pytest
 
 from monai_triton_ops import create_backend
 from monai_triton_ops.backends.remote.shm.pool import LEASE_CAP_SLOTS
-from monai_triton_ops.errors import InferenceError, InferenceTimeoutError, ServerUnavailableError
+from monai_triton_ops.errors import (
+    InferenceError,
+    InferenceTimeoutError,
+    ServerInternalError,
+    ServerUnavailableError,
+)
 from monai_triton_ops.server import LocalTritonServer, TritonInstall
 
 from ... import triton_models
@@ -80,7 +85,9 @@ def test_a_model_error_is_returned_once_never_retried(
 ) -> None:
     backend = open_backend(f"{url(server, scheme)}?retries=5", "raising")
     before = _executions(backend)
-    with pytest.raises(InferenceError, match=r"model 'raising' on .*: internal error: deliberate model error"):
+    with pytest.raises(
+        ServerInternalError, match=r"model 'raising' on .*: the server failed .*: deliberate model error"
+    ):
         backend.infer({"INPUT__0": _ones()})
     assert _executions(backend) - before == 1
 
@@ -208,15 +215,15 @@ def test_at_most_max_in_flight_requests_are_outstanding(server: LocalTritonServe
     backend = open_backend(f"{server.grpc_url}?max_in_flight=4&shared_memory=system", "ident")
     most = 0
     lock = threading.Lock()
-    submit = backend._submit
+    infer = backend._infer
 
     def counting(request):  # type: ignore[no-untyped-def]
         nonlocal most
         with lock:
             most = max(most, backend._in_flight)
-        return submit(request)
+        return infer(request)
 
-    backend._submit = counting  # type: ignore[method-assign]
+    backend._infer = counting  # type: ignore[method-assign]
     futures = [backend.submit({"INPUT__0": np.full(4, i, np.float32)}) for i in range(1000)]
     wait(futures, timeout=300)
     for i, future in enumerate(futures):

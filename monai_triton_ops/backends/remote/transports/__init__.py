@@ -15,8 +15,8 @@ Each transport turns its library's exceptions into a ``status.CallError`` in one
 from __future__ import annotations
 
 from ....errors import BackendUnavailableError
+from ...workers import Workers
 from ..endpoints import Endpoint
-from ..workers import Workers
 from .base import Transport, TransportSettings
 
 

@@ -65,6 +65,7 @@ class GrpcTransport(Transport):
 
     def __init__(self, endpoint: Endpoint, settings: TransportSettings, *, balanced: bool = False) -> None:
         self.url = endpoint.url
+        self.credentials = settings.credentials
         self._requests = RequestBuilder(grpcclient, binary={})
         self._closed = False
         self._compression = settings.compression

@@ -8,6 +8,11 @@ any other thread (open, close, statistics) is handed to a worker and waited for.
 closes its client and destroys its hub. The client's own ``network_timeout`` is fixed per client, so
 each call runs under a ``gevent.Timeout`` of its own deadline; after a timeout or a socket error the
 connection may be half-read, and the worker replaces its client.
+
+A request body is binary (a JSON header, then the tensors' bytes, its length in ``Inference-Header-Content-Length``)
+when the server takes binary tensors and some input travels in the body; otherwise it is plain JSON and says so
+(``Content-Type: application/json``): a FastAPI server (KServe's, since FastAPI 0.132) reads a body without that
+type as bytes, and then refuses it for want of the binary header.
 """
 
 from __future__ import annotations
@@ -29,8 +34,8 @@ from tritonclient.grpc import model_config_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
 from ...status import CallError, Status, from_http_status, from_os_error
+from ...workers import Made, Workers
 from ..endpoints import Endpoint
-from ..workers import Made, Workers
 from .base import (
     RequestBuilder,
     Transport,
@@ -51,6 +56,8 @@ Client = Any  # tritonclient.http.InferenceServerClient (untyped)
 #: The client's own socket timeouts; every call runs under a shorter ``gevent.Timeout`` of its deadline.
 _SOCKET_TIMEOUT_S = 3600.0
 _BINARY = {"binary_data": True}
+#: The type of a JSON body (sent in a new dict per request: tritonclient adds its own headers to the one it is given).
+_JSON = "application/json"
 #: Whether this thread made an HTTP client, and so has a gevent hub to destroy as it ends.
 _HUB = threading.local()
 
@@ -71,7 +78,9 @@ class HttpTransport(Transport):
 
     def __init__(self, endpoint: Endpoint, settings: TransportSettings, workers: Workers) -> None:
         self.url = endpoint.url
+        self.credentials = settings.credentials
         self._requests = RequestBuilder(httpclient, binary=_BINARY)
+        self._binary = True
         self._address = endpoint.address
         self._headers = settings.credentials.headers_for(self.protocol)
         self._ssl = endpoint.tls
@@ -146,8 +155,16 @@ class HttpTransport(Transport):
         parameters: Mapping[str, str | int | bool] | None = None,
     ) -> WireResult:
         tensors, requested = self._requests.build(inputs, outputs)
+        json_body = not (self._binary and any(spec.data is not None for spec in inputs))
         result = self._control(
-            lambda c: c.infer(model, tensors, model_version=version, outputs=requested, parameters=parameters),
+            lambda c: c.infer(
+                model,
+                tensors,
+                model_version=version,
+                outputs=requested,
+                parameters=parameters,
+                headers={"Content-Type": _JSON} if json_body else None,
+            ),
             timeout_s,
         )
         return _HttpResult(result)
@@ -155,6 +172,7 @@ class HttpTransport(Transport):
     # -- control calls ----------------------------------------------------------------------------
     def use_binary_tensors(self, binary: bool) -> None:
         self._requests = RequestBuilder(httpclient, binary={"binary_data": binary})
+        self._binary = binary
 
     def is_model_ready(self, model: str, version: str, *, timeout_s: float) -> bool:
         return bool(self._control(lambda c: c.is_model_ready(model, version), timeout_s))
@@ -184,7 +202,7 @@ class HttpTransport(Transport):
             ssl_context_factory=self._context_factory,
         )
         try:
-            response = client.post("/v2/repository/index", body="{}", headers=self._headers)
+            response = client.post("/v2/repository/index", body="{}", headers={**self._headers, "Content-Type": _JSON})
             body = response.read()
         finally:
             client.close()

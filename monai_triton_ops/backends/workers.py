@@ -1,10 +1,11 @@
-"""The remote backend's one worker pool: ``max_in_flight`` threads, each running whole requests, blocking calls and all.
+"""The contract's worker pool: ``max_in_flight`` threads that run a synchronous backend's requests (``_infer``).
 
-Why not the base's ``ThreadPoolExecutor``: tritonclient's HTTP client is not thread-safe and is bound to
-the gevent hub of the thread that made it, so a thread must own its client (and its hub) for its whole
-life and close both itself when it ends (closed from another thread, they leak their sockets and hub or
-raise greenlet errors); an executor runs no code as its threads end. A backend that overrides
-``_submit`` gets no pool from the base, so this is the only one.
+Every backend that implements ``_infer`` (``torch``, the remote backends) gets one from ``BaseBackend.open()``,
+made before the backend's own ``_open`` so that opening can use it. Why not a ``ThreadPoolExecutor``:
+tritonclient's HTTP client is not thread-safe and is bound to the gevent hub of the thread that made it, so a
+thread must own its client (and its hub) for its whole life and close both itself when it ends (closed from
+another thread, they leak their sockets and hub or raise greenlet errors); an executor runs no code as its
+threads end.
 
     workers = Workers("remote-seg", 2)
     future = workers.submit(run, request)         # never blocks: a queue put
@@ -12,8 +13,8 @@ raise greenlet errors); an executor runs no code as its threads end. A backend t
     client = workers.local(key, make)             # the calling worker's own resource, closed as it ends
     workers.stop(join_timeout_s=5)
 
-A backend has a second, one-thread pool for probing servers that failed (``fleet.py``): resources are per
-thread whatever pool the thread belongs to, so a probe over HTTP runs on the prober with a client of its own.
+The remote backend's prober (``remote/health.py``) is a one-thread pool of its own, off the request path:
+resources are per thread whatever pool the thread belongs to, so a probe over HTTP has a client of its own.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from ..status import CallError, Status
+from .status import CallError, Status
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +52,8 @@ class Workers:
     def __init__(self, name: str, count: int) -> None:
         self._queue: queue.SimpleQueue[tuple[Callable[[Any], Any], Any, Future[Any]] | None] = queue.SimpleQueue()
         self.closed = False
+        self._owners: dict[int | None, dict[object, Made[Any]]] = {}  # each thread's resources (stop() reads)
+        self._busy: set[int | None] = set()  # threads running work now (stop() reads)
         self._threads = [
             threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(max(1, count))
         ]
@@ -104,24 +108,32 @@ class Workers:
                 _AT_EXIT.append(hook)
 
     def stop(self, *, join_timeout_s: float) -> None:
-        """Refuse new work, let the queued work run, wait for the threads; idempotent."""
+        """Refuse new work, let the queued work run, and wait, ``join_timeout_s`` in all, for the threads to end:
+        the idle ones, and those that own resources (they release them as they end). A thread busy with work that
+        owns nothing (a request that ignored its cancel) is not waited for: it ends when its work does. Idempotent."""
         if self.closed:
             return
         self.closed = True
         for _ in self._threads:
             self._queue.put(None)
+        end = time.monotonic() + join_timeout_s
         for thread in self._threads:
-            if thread is not threading.current_thread():
-                thread.join(timeout=join_timeout_s)
+            if thread is not threading.current_thread() and (
+                self._owners.get(thread.ident) or thread.ident not in self._busy
+            ):
+                thread.join(timeout=max(0.0, end - time.monotonic()))
 
     def _work(self) -> None:
         resources: dict[object, Made[Any]] = {}
         _THREAD.resources = resources
+        me = threading.get_ident()
+        self._owners[me] = resources
         try:
             while (job := self._queue.get()) is not None:
                 fn, arg, future = job
                 del job
                 if future.set_running_or_notify_cancel():
+                    self._busy.add(me)
                     try:
                         result = fn(arg)
                     except BaseException as exc:  # the future carries it to whoever waits
@@ -129,6 +141,8 @@ class Workers:
                     else:
                         future.set_result(result)
                         del result
+                    finally:
+                        self._busy.discard(me)
                 # Nothing of a finished request stays on this thread: its outputs may hold a leased slot.
                 del fn, arg, future
         finally:
