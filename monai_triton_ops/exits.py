@@ -9,6 +9,8 @@ failure reads the same wherever it happens::
     3    unavailable: a backend that is not built or not installed, a server that is absent or failed,
          a program a MAP build needs (buildah, mmdebstrap) missing or failing
     4    the server failed on a request: its internal error (the server's or its model's), not bad input
+    70   ended at interpreter exit with requests still in the in-process Triton server after its deadline
+         (``backends/inprocess_server.py``; ``docs/inprocess.md``)
     130  interrupted (Ctrl-C, SIGINT)
     143  terminated (SIGTERM)
 
@@ -41,6 +43,8 @@ BUG = 1
 USAGE = 2
 UNAVAILABLE = 3
 SERVER_FAILED = 4
+#: The in-process server's exit hook ends the process with it (``inprocess_server.STRANDED_EXIT_CODE``).
+STRANDED = 70
 
 #: What each code means, for help texts and docs (docs/quickstart.md lists the same).
 MEANINGS: dict[int, str] = {
@@ -49,6 +53,7 @@ MEANINGS: dict[int, str] = {
     USAGE: "bad input or usage (option, path, model, image or configuration)",
     UNAVAILABLE: "backend or server unavailable",
     SERVER_FAILED: "the server failed on a request (its internal error; its log says why)",
+    STRANDED: "requests still in the in-process Triton server at exit, after its deadline",
     INTERRUPTED: "interrupted (Ctrl-C, SIGINT)",
     TERMINATED: "terminated (SIGTERM)",
 }
