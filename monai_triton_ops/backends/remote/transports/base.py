@@ -16,7 +16,6 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any, Protocol
 
 import numpy as np
@@ -161,6 +160,14 @@ class Transport(ABC):
         """Release connections; calls still out end at once (gRPC) or at their deadline (HTTP); idempotent."""
 
 
+class ClientClasses(Protocol):
+    """What a request is built from: ``tritonclient.grpc`` or ``tritonclient.http`` (the module), or a namespace
+    with the same two classes (the HTTP transport's input class sends the caller's array without a copy)."""
+
+    InferInput: Any
+    InferRequestedOutput: Any
+
+
 class RequestBuilder:
     """``tritonclient.grpc`` or ``tritonclient.http`` input and output objects for a request, for either protocol.
 
@@ -171,7 +178,7 @@ class RequestBuilder:
     (hashing the specs cost more than building anew); the entry holds both, so their ids are not reused meanwhile.
     """
 
-    def __init__(self, client: ModuleType, *, binary: dict[str, Any]) -> None:
+    def __init__(self, client: ClientClasses, *, binary: dict[str, Any]) -> None:
         self._client = client
         self._binary = binary
         self._kept: dict[int, tuple[Sequence[WireInput], Sequence[WireOutput], tuple[list[Any], list[Any]]]] = {}
@@ -193,7 +200,7 @@ _KEPT_REQUESTS = 256
 
 
 def build_request(
-    client: ModuleType, inputs: Sequence[WireInput], outputs: Sequence[WireOutput], *, binary: dict[str, Any]
+    client: ClientClasses, inputs: Sequence[WireInput], outputs: Sequence[WireOutput], *, binary: dict[str, Any]
 ) -> tuple[list[Any], list[Any]]:
     """``tritonclient.grpc`` or ``tritonclient.http`` input and output objects for one request (see above)."""
     tensors = []

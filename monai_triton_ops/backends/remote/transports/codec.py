@@ -2,9 +2,9 @@
 
 The Open Inference Protocol carries a tensor as ``datatype``, ``shape`` and raw little-endian bytes in row-major
 order (``raw_input_contents`` / ``raw_output_contents`` over gRPC, the binary tensor extension over HTTP; a
-BYTES element is a 4-byte length and its bytes). Inputs go out as C-contiguous numpy arrays (``to_numpy``:
-tritonclient's ``set_data_from_numpy`` and a shared memory slot both copy from one); outputs come back as raw
-bytes in a response body and are read with this package's one dtype table
+BYTES element is a 4-byte length and its bytes). Inputs go out as C-contiguous numpy arrays (``to_numpy``: a
+request body is joined from one, ``grpc_wire.py`` and ``http.py``, and a shared memory slot copies from one);
+outputs come back as raw bytes in a response body and are read with this package's one dtype table
 (``signature.dtype_to_numpy``: ``BF16`` as raw 16-bit words, numpy having no bfloat16) by :func:`decode`
 (a slot's outputs are views with the same table, ``exchange.py``). Over HTTP tritonclient decodes the body
 (binary or JSON, through its public ``as_numpy``: the raw bytes are private to it), and :func:`conform` brings

@@ -7,6 +7,9 @@ channel, which ends every call still out (``CANCELLED``). Withdrawing calls earl
 anyway: Triton 2.51 does not stop a model that is running, and its gRPC cancellation path is the one
 with known crashes.
 
+An inference request is written by ``grpc_wire.py`` (the same message as tritonclient's, its tensors not
+passed through protobuf's serializer) and sent on the client's own channel; control calls are tritonclient's.
+
 Every call carries ``client_timeout`` (gRPC's own deadline). Channel arguments (:func:`channel_args`)
 are tritonclient's own defaults written out again, since passing ``channel_args`` replaces them and
 gRPC would fall back to its 4 MB receive limit (tritonclient's ``InferenceServerClient``: "if this argument
@@ -31,16 +34,17 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import grpc
 import numpy as np
 import tritonclient.grpc as grpcclient
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as pb
+from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
 from ...status import CallError, Status, from_grpc_status
 from ..endpoints import Endpoint
 from .base import (
-    RequestBuilder,
     Transport,
     TransportSettings,
     WireInput,
@@ -49,11 +53,18 @@ from .base import (
     refuse_unregister_all,
 )
 from .codec import decode
-from .credentials import scrub
+from .credentials import redact, scrub
+from .grpc_wire import MODEL_INFER, Heads, serialize, tensor_bytes
 from .tls import grpc_channel_credentials
 
 logger = logging.getLogger(__name__)
 
+#: The ``compression`` setting as gRPC takes it.
+_COMPRESSION = {
+    None: grpc.Compression.NoCompression,
+    "gzip": grpc.Compression.Gzip,
+    "deflate": grpc.Compression.Deflate,
+}
 #: Planned request bodies above this are refused before serialisation: protobuf caps a message at 2 GB,
 #: and above ~1.3 GB a second large request has aborted clients (libprotobuf FATAL).
 MAX_MESSAGE_BYTES = 1 << 30
@@ -65,9 +76,9 @@ class GrpcTransport(Transport):
 
     def __init__(self, endpoint: Endpoint, settings: TransportSettings, *, balanced: bool = False) -> None:
         self.url = endpoint.url
-        self._requests = RequestBuilder(grpcclient, binary={})
+        self._heads = Heads()
         self._closed = False
-        self._compression = settings.compression
+        self._compression = _COMPRESSION[settings.compression]
         keepalive = None
         if settings.keepalive_s is not None:
             keepalive = grpcclient.KeepAliveOptions(
@@ -82,6 +93,14 @@ class GrpcTransport(Transport):
         plugin = credentials.plugin(self.protocol)
         if plugin is not None:
             self._client.register_plugin(plugin)  # headers on every call (credentials.py)
+        # Inference goes over the client's own channel (tritonclient keeps it private) with the request written
+        # by grpc_wire.py: the same message, without protobuf serializing the tensors.
+        self._model_infer = self._client._channel.unary_unary(
+            MODEL_INFER,
+            request_serializer=serialize,
+            response_deserializer=service_pb2.ModelInferResponse.FromString,
+        )
+        self._metadata = tuple(credentials.headers_for(self.protocol).items())
 
     def infer(
         self,
@@ -100,18 +119,13 @@ class GrpcTransport(Transport):
                 f"the request body would hold {body} bytes, over the {MAX_MESSAGE_BYTES} bytes this client sends "
                 "over gRPC",
             )
-        tensors, requested = self._requests.build(inputs, outputs)
         with self._mapped():
-            result = self._client.infer(
-                model,
-                tensors,
-                model_version=version,
-                outputs=requested,
-                client_timeout=timeout_s,
-                compression_algorithm=self._compression,
-                parameters=parameters,
+            head = self._heads.get(model, version, inputs, outputs, parameters)
+            tensors = [tensor_bytes(spec) for spec in inputs if spec.data is not None]
+            response = self._model_infer(
+                (head, tensors), timeout=timeout_s, metadata=self._metadata, compression=self._compression
             )
-        return _GrpcResult(result.get_response())
+        return _GrpcResult(response)
 
     @contextmanager
     def _mapped(self) -> Iterator[None]:
@@ -129,6 +143,9 @@ class GrpcTransport(Transport):
             raise from_grpc_status(exc.status(), str(clean.message() or clean)) from clean
         except CallError:
             raise
+        except grpc.RpcError as exc:  # an inference call (tritonclient's calls raise the exception above)
+            code, details = exc.code(), exc.details()  # a grpc.Call too
+            raise from_grpc_status(str(code), redact(str(details or code))) from scrub(exc)
         except Exception as exc:
             clean = scrub(exc)
             status = Status.CANCELLED if self._closed else Status.INTERNAL
