@@ -312,8 +312,9 @@ def main() -> None:
     repo = Path(tempfile.mkdtemp(prefix="bench-remote-")) / "repo"
     triton_models.identity(repo, "identity")
     entries = {k: v for k, v in W1_PATHS.items() if not args.paths or k in args.paths}
-    if args.baseline is not None:
-        entries.update(baseline_paths(args.baseline))
+    if args.baseline is not None:  # the baseline of each path run (`baseline X` beside `this backend X`)
+        baseline = baseline_paths(args.baseline)
+        entries.update({k: v for k, v in baseline.items() if k.replace("baseline", "this backend", 1) in entries})
     with LocalTritonServer(repo) as identity, LocalTritonServer(REPO) as sample:
         bench = Bench(identity, sample, max_bytes=4 * max(args.sizes) ** 3, identity_repo=repo)
         try:
