@@ -6,6 +6,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest
+# KServe's model server, for the peer tests (tests/backends/remote/kserve.py): its pins (pandas<3, python-dateutil<3)
+# clash with ours, so it gets a virtualenv of its own under the cache folder that monai_triton_ops.packaging.rootfs's
+# cache_dir() names, made once (about 50 s and 450 MB here) and kept across `make clean`.
+KSERVE_VERSION := 0.21.0
+CACHE_DIR := $(or $(MONAI_TRITON_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/monai-triton)
+KSERVE_VENV := $(CACHE_DIR)/kserve-$(KSERVE_VERSION)
 
 .PHONY: setup demo map test test-fast lint format-check format typecheck pytest bench docs clean
 
@@ -20,11 +26,18 @@ $(STAMP): pyproject.toml constraints.txt
 	# Only the Triton server files inside this wheel are used; it pins numpy<2, hence --no-deps.
 	$(PY) -m pip install -q --no-deps nvidia-pytriton==0.7.0
 	# The KServe SDK's models are the InferenceService schema that tests/deploy checks deploy/kserve against;
-	# the wheel is only read, never installed (its model-server dependencies would clash with ours).
-	$(PY) -m pip download -q --no-deps --dest $(VENV)/wheels kserve==0.21.0
+	# the wheel is only read, never installed here (its model-server dependencies clash with ours: KSERVE_VENV has them).
+	$(PY) -m pip download -q --no-deps --dest $(VENV)/wheels kserve==$(KSERVE_VERSION)
 	# Holoscan loads libcudart.so.13 before any of our code can: a .pth hook loads the declared wheel's copy.
 	$(PY) -m monai_triton_ops.packaging.runtime_libs --write-site-hook
 	touch $(STAMP)
+
+# The stamp holds the version and comes last: a half-made virtualenv is made again.
+$(KSERVE_VENV)/.installed:
+	rm -rf $(KSERVE_VENV)
+	$(PYTHON) -m venv $(KSERVE_VENV)
+	$(KSERVE_VENV)/bin/python -m pip install -q kserve==$(KSERVE_VERSION)
+	echo $(KSERVE_VERSION) > $@
 
 demo: setup
 	$(PY) apps/brain_tissue_seg/demo.py
@@ -57,7 +70,8 @@ typecheck: setup
 # computes, so three share the cores best (CONTRIBUTING.md, "Tests in parallel"). TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 3
 
-pytest: setup
+# KServe's own server is a test peer only: `make demo` does not wait for its virtualenv.
+pytest: setup $(KSERVE_VENV)/.installed
 	$(PYTEST) -n $(TEST_WORKERS) --cov --cov-report=term-missing --durations=25
 
 # The user guide, strict (a broken link, anchor or docstring fails): output/site/index.html.

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .backends import available_backends as available_backends
     from .backends import create_backend as create_backend
     from .backends import register_backend as register_backend
+    from .interrupts import install_signal_handlers as install_signal_handlers
     from .operators import InferenceOperator as InferenceOperator
     from .pipeline import InferenceSettings as InferenceSettings
     from .pipeline import run_inference as run_inference
@@ -38,6 +39,7 @@ __all__ = [
     "available_backends",
     "create_backend",
     "register_backend",
+    "install_signal_handlers",
     "run_inference",
 ]
 
@@ -48,6 +50,7 @@ _LAZY = {
     "available_backends": "backends",
     "create_backend": "backends",
     "register_backend": "backends",
+    "install_signal_handlers": "interrupts",
     "InferenceOperator": "operators",
     "InferenceSettings": "pipeline",
     "run_inference": "pipeline",

@@ -305,7 +305,7 @@ def run_app(app: str | AppFactory, argv: Sequence[str] | None = None) -> int:
         interrupts.block()  # held back across a restart (execv keeps the mask and pending signals)...
     console.prepare_process(restart=argv is None)
     if argv is None:
-        interrupts.install()  # ...and taken from here on, a signal that came meanwhile included
+        interrupts.install_signal_handlers()  # ...and taken from here on, a signal that came meanwhile included
     level = console.level_from_argv(args)
     console.configure(level)
 

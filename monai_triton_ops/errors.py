@@ -18,7 +18,8 @@ a package is missing or broken), and each error also subclasses the matching bui
     ├── ModelNotFoundError (FileNotFoundError)   model folder, version or file missing (locally or on a server)
     ├── ModelLoadError (RuntimeError)            the model file exists but cannot be loaded
     ├── InferenceError (RuntimeError)            the model failed while running
-    │   └── InferenceTimeoutError (TimeoutError) no answer within the deadline
+    │   ├── InferenceTimeoutError (TimeoutError) no answer within the deadline
+    │   └── ServerInternalError                  the server reported an internal error for a request
     ├── RepositoryError (RuntimeError)           the model repository cannot be written
     ├── PackagingError (RuntimeError)            a MAP image cannot be built: a program missing or failing
     └── ServerError (RuntimeError)               the local tritonserver failed
@@ -99,6 +100,12 @@ class InferenceError(MonaiTritonError, RuntimeError):
 
 class InferenceTimeoutError(InferenceError, TimeoutError):
     """An inference did not complete within its deadline."""
+
+
+class ServerInternalError(InferenceError):
+    """The server (or the model it runs) failed on a request: Triton ``INTERNAL``, gRPC ``INTERNAL``, HTTP 500 and
+    the other codes the status table reads as internal (``backends/status.py``). The server says it failed, not
+    that the input is wrong, so it has an exit code of its own (``exits.SERVER_FAILED``); its log says why."""
 
 
 class RepositoryError(MonaiTritonError, RuntimeError):

@@ -8,6 +8,9 @@ failure reads the same wherever it happens::
     2    bad input or usage: an option, path, model, image or configuration that cannot work
     3    unavailable: a backend that is not built or not installed, a server that is absent or failed,
          a program a MAP build needs (buildah, mmdebstrap) missing or failing
+    4    the server failed on a request: its internal error (the server's or its model's), not bad input
+    70   ended at interpreter exit with requests still in the in-process Triton server after its deadline
+         (``backends/inprocess_server.py``; ``docs/inprocess.md``)
     130  interrupted (Ctrl-C, SIGINT)
     143  terminated (SIGTERM)
 
@@ -31,6 +34,7 @@ from .errors import (
     PackagingError,
     PortInUseError,
     ServerError,
+    ServerInternalError,
 )
 from .interrupts import INTERRUPTED, TERMINATED, wait_if_stopping
 
@@ -38,6 +42,9 @@ OK = 0
 BUG = 1
 USAGE = 2
 UNAVAILABLE = 3
+SERVER_FAILED = 4
+#: The in-process server's exit hook ends the process with it (``inprocess_server.STRANDED_EXIT_CODE``).
+STRANDED = 70
 
 #: What each code means, for help texts and docs (docs/quickstart.md lists the same).
 MEANINGS: dict[int, str] = {
@@ -45,6 +52,8 @@ MEANINGS: dict[int, str] = {
     BUG: "a bug (an unexpected exception; rerun with -l DEBUG and report the traceback)",
     USAGE: "bad input or usage (option, path, model, image or configuration)",
     UNAVAILABLE: "backend or server unavailable",
+    SERVER_FAILED: "the server failed on a request (its internal error; its log says why)",
+    STRANDED: "requests still in the in-process Triton server at exit, after its deadline",
     INTERRUPTED: "interrupted (Ctrl-C, SIGINT)",
     TERMINATED: "terminated (SIGTERM)",
 }
@@ -58,6 +67,8 @@ def exit_code(exc: BaseException) -> int:
     if isinstance(exc, KeyboardInterrupt):
         return INTERRUPTED
     if isinstance(exc, MonaiTritonError):
+        if isinstance(exc, ServerInternalError):
+            return SERVER_FAILED
         if isinstance(exc, PortInUseError):  # the port the user asked for is taken: their choice to change
             return USAGE
         if isinstance(exc, BackendUnavailableError | ServerError | PackagingError | ConnectionError | TimeoutError):

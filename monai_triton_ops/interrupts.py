@@ -3,7 +3,7 @@
 Holoscan runs operators on its own threads and ``Application.run()`` blocks the main thread in C++,
 where Python's own signal handler never gets to run (a Ctrl-C would surface as a failed operator, exit 1),
 and Holoscan installs handlers of its own when the graph starts. So the
-signals are taken away from every thread instead: ``install()`` blocks SIGINT and SIGTERM in the
+signals are taken away from every thread instead: :func:`install_signal_handlers` blocks SIGINT and SIGTERM in the
 calling (main) thread before any other thread exists, every thread created afterwards inherits the
 mask, and one watcher thread waits for them with ``sigwait``, whichever handler anybody installed.
 
@@ -16,8 +16,15 @@ On a signal the watcher, within ``DEADLINE_S``:
    and the outputs of a run that did not finish, so the folder is as it was;
 4. ends the process with ``os._exit(130 or 143)``: Holoscan's threads are not waited for.
 
-A second signal during the cleanup exits at once. Where the process cannot be interrupted this way
-(``install()`` not called: a library use, a test calling ``run_app(argv=...)``), nothing changes.
+A second signal during the cleanup exits at once.
+
+The library itself installs no signal handler: not on import, not when a backend opens. ``monai-triton exec``
+and ``app_args.run_app`` call :func:`install_signal_handlers` (public as
+``monai_triton_ops.install_signal_handlers``); a program that embeds an app or a backend may call it too, first
+thing in its main thread, or keep its own handlers, which then run as they would without this package
+(the shared-memory janitor, ``backends/remote/shm/janitor.py``, removes the regions of a process that a
+signal ended without closing its backends). Where it is not called (a library use, a test calling
+``run_app(argv=...)``), nothing changes.
 """
 
 from __future__ import annotations
@@ -54,10 +61,12 @@ _installed = False
 _stopping = threading.Event()
 
 
-def install() -> bool:
+def install_signal_handlers() -> bool:
     """Take SIGINT and SIGTERM from every thread to be created, and start the watcher; once per process.
 
-    Call it first thing in the main thread (``app_args.run_app`` does). A thread that already exists
+    Call it first thing in the main thread (``app_args.run_app`` and ``monai-triton exec`` do); a
+    program that wants its own SIGINT/SIGTERM handling does not call it (a handler installed after it would
+    never run: the signals are blocked in every thread). A thread that already exists
     (an import that started one) keeps the signals unblocked; a signal it receives goes through
     Python's handler, whose wake-up file descriptor a second watcher reads. Returns False when not
     possible (not the main thread, not POSIX) and the process keeps Python's default handling. A
@@ -88,7 +97,8 @@ def install() -> bool:
 
 def block() -> None:
     """Only hold SIGINT and SIGTERM back (pending): before a restart (``os.execv``), which keeps the mask and the
-    pending signals but not the watcher thread; ``install()`` in the restarted process then takes them."""
+    pending signals but not the watcher thread; ``install_signal_handlers()`` in the restarted process then
+    takes them."""
     if threading.current_thread() is threading.main_thread() and hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_BLOCK, [s for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN])
 

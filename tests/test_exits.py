@@ -23,6 +23,7 @@ from monai_triton_ops import errors, exits
         (errors.PortInUseError("x"), exits.USAGE),
         (errors.BackendUnavailableError("x"), exits.UNAVAILABLE),
         (errors.InferenceTimeoutError("x"), exits.UNAVAILABLE),
+        (errors.ServerInternalError("x"), exits.SERVER_FAILED),
         (errors.ServerNotFoundError("x"), exits.UNAVAILABLE),
         (errors.ServerStartError("x", log_tail="tail"), exits.UNAVAILABLE),
         (errors.BackendStateError("x"), exits.BUG),

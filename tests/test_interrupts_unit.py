@@ -48,7 +48,7 @@ def test_install_is_refused_off_the_main_thread() -> None:
     import threading
 
     results: list[bool] = []
-    thread = threading.Thread(target=lambda: results.append(interrupts.install()))
+    thread = threading.Thread(target=lambda: results.append(interrupts.install_signal_handlers()))
     thread.start()
     thread.join()
     assert results == [False]

@@ -121,6 +121,18 @@ def dead_stub() -> BaseException:
     return status.to_public(answer, model="seg", url=status.IN_PROCESS)
 
 
+def server_failed() -> BaseException:
+    """What a server's internal error becomes, through the status table, where the message is made.
+
+    Caused for real by a model that raises: on KServe's model server over gRPC and HTTP
+    (``tests/backends/remote/test_kserve.py``), on Triton (``tests/backends/remote/test_failures.py``).
+    """
+    from monai_triton_ops.backends import status
+
+    answer = status.from_grpc_status("StatusCode.INTERNAL", "Internal server error")
+    return status.to_public(answer, model="seg", url="grpc://127.0.0.1:8001")
+
+
 def mixed_fleet(tmp_path: Path) -> BaseException:
     """Two real servers that serve different models under one name: refused when the backend opens."""
     from . import triton_models
@@ -306,7 +318,8 @@ def not_writable(tmp_path: Path) -> BaseException:
 
 
 def volume_bundle(folder: Path) -> object:
-    """A bundle operator over a remote backend in volume mode: refused when it starts, before anything connects."""
+    """A bundle whose inferer the server's sliding window cannot be, over a remote backend in volume mode: refused
+    when it starts, before anything connects."""
     from monai.deploy.core import IOType
     from monai.deploy.operators.monai_bundle_inference_operator import IOMapping
 
@@ -316,7 +329,7 @@ def volume_bundle(folder: Path) -> object:
 
     return InferenceOperator(
         Application(),
-        bundle_path=unet_bundle(folder),
+        bundle_path=unet_bundle(folder, inferer={"_target_": "SliceInferer", "roi_size": [16, 16], "spatial_dim": 2}),
         backend="grpc://127.0.0.1:9?mode=volume",  # nothing listens on 9: the refusal comes first
         input_mapping=[IOMapping("image", Image, IOType.IN_MEMORY)],
         output_mapping=[IOMapping("pred", Image, IOType.IN_MEMORY)],
@@ -348,7 +361,8 @@ def bundle_rows(tmp_path: Path) -> dict[str, Callable[[], BaseException]]:
         "...": read("two_inputs"),
         "bundle file .../configs/inference.json, item 'inferer': SaliencyInferer (an Inferer) may need the network as "
         "a torch module, ...": read("module_inferer"),
-        "bundle file .../configs/inference.json, item 'inferer': mode=volume is not supported for a bundle: ...": (
+        "bundle file .../configs/inference.json, item 'inferer': SliceInferer is not a SlidingWindowInferer; "
+        "mode=volume runs MONAI's SlidingWindowInferer (or SimpleInferer) on the server: ...": (
             lambda: raised(lambda: volume_bundle(tmp_path / "bundles" / "volume").start())
         ),
     }
@@ -480,6 +494,8 @@ def triggers(tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch) -> dic
         "model 'seg' on ...: the model's backend process is gone (Stub process 'seg_0_0' is not healthy.); ...": (
             lambda: dead_stub()
         ),
+        "model 'seg' on ...: the server failed on the request (its own or its model's internal error; its log says "
+        "why): ...": server_failed,
         "--shared-memory: backend 'torch' has no option 'shared_memory'; its options: ...": lambda: raised(
             lambda: resolve_backend_options("torch", {"shared_memory": "none"}, environ={})
         ),

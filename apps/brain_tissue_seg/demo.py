@@ -1,11 +1,16 @@
-"""The main job: the sample app on the real MRI, as NIfTI and as DICOM, on every available backend.
+"""The main job: the sample app on the real MRI, as NIfTI and as DICOM, on every available backend; then the
+sample model as a MONAI Bundle on every backend.
 
 Each run is a real App SDK application in its own process (``monai-triton exec``), exactly as a
 user would start it; afterwards the demo measures the Dice of grey and white matter against the
 atlas labels on the full volume and prints where every output is. The remote rows (``grpc``,
-``http``) run against a local tritonserver that the demo starts on the committed repository and
-stops afterwards; every row's labels are compared with the first row's of the same input, voxel for voxel.
-Each run also writes ``preview.png`` (``--preview``), and the demo ends with their paths.
+``http``) run against a local tritonserver that the demo starts on a scratch copy of the committed
+repository, with the bundle's model beside it, and stops afterwards. The bundle rows run
+``apps/bundle_seg`` (the App SDK's spleen app, ported) on the NIfTI with the sample model in the model zoo's
+layout (``make_bundle.py``: the committed model and configs, written under ``--data``); for the remote rows
+the server holds what ``monai-triton repo build`` made of the bundle. Every row's labels are compared with the
+first row's of the same input (the app on ``torch``), voxel for voxel. Each run of the app also writes
+``preview.png`` (``--preview``), and the demo ends with their paths.
 
     .venv/bin/python apps/brain_tissue_seg/demo.py [--data data/brain_tissue_seg] [--out output/brain_tissue_seg]
 """
@@ -13,11 +18,13 @@ Each run also writes ``preview.png`` (``--preview``), and the demo ends with the
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import nibabel as nib
@@ -31,19 +38,25 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
 from atlas import dice  # noqa: E402
+from make_bundle import make_bundle  # noqa: E402
 from transforms import LABELS  # noqa: E402
 
 from monai_triton_ops import available_backends  # noqa: E402
 from monai_triton_ops.backends.registry import is_installed  # noqa: E402
 from monai_triton_ops.errors import ServerNotFoundError  # noqa: E402
+from monai_triton_ops.repository.bundle import build_bundle  # noqa: E402
 from monai_triton_ops.server import LocalTritonServer, find_tritonserver  # noqa: E402
 
 DICE_TARGET = 0.85
 RUN_TIMEOUT_S = 1800
+BUNDLE_APP = ROOT / "apps" / "bundle_seg"
+#: The bundle's model on the demo's server, beside the app's ``brain_tissue_seg`` (``repo build BUNDLE --name``).
+BUNDLE_MODEL = "brain_tissue_seg_bundle"
 
 
 @dataclass(frozen=True)
 class Result:
+    app: str
     backend: str
     kind: str
     seconds: float
@@ -55,7 +68,24 @@ class Result:
     def compared(self, reference: np.ndarray | None) -> Result:
         labels = np.asarray(nib.load(str(self.outputs_dir / "seg.nii.gz")).dataobj)
         same = reference is not None and np.array_equal(labels, reference)
-        return Result(self.backend, self.kind, self.seconds, self.dice, self.outputs, self.outputs_dir, same)
+        return replace(self, same_labels=same)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One app run: which app, on which backend (a name for the table and its spec), on which input."""
+
+    app: Path
+    backend: str
+    spec: str
+    kind: str
+    source: Path
+    model: Path
+    extra: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return "bundle" if self.app == BUNDLE_APP else "app"
 
 
 def ensure_sample_data(data: Path) -> None:
@@ -65,10 +95,12 @@ def ensure_sample_data(data: Path) -> None:
     subprocess.run([sys.executable, str(HERE / "make_sample_data.py"), "--out", str(data)], check=True)
 
 
-def run_app(backend: str, source: Path, out: Path) -> float:
+def run_app(case: Case, out: Path) -> float:
     """Run the app as a user would; returns wall seconds."""
-    command = [sys.executable, "-m", "monai_triton_ops.cli", "exec", str(HERE), "-i", str(source)]
-    command += ["-o", str(out), "-m", str(ROOT / "model_repository"), "--backend", backend, "-l", "WARN", "--preview"]
+    command = [sys.executable, "-m", "monai_triton_ops.cli", "exec", str(case.app), "-i", str(case.source)]
+    command += ["-o", str(out), "-m", str(case.model), "--backend", case.spec, "-l", "WARN", *case.extra]
+    if case.label == "app":  # the bundle operator draws no preview
+        command.append("--preview")
     start = time.perf_counter()
     subprocess.run(command, check=True, cwd=ROOT, timeout=RUN_TIMEOUT_S)
     return time.perf_counter() - start
@@ -91,30 +123,49 @@ def main() -> int:
     args = parser.parse_args()
     ensure_sample_data(args.data)
     inputs = {"nifti": args.data / "t1.nii.gz", "dicom": args.data / "dicom"}
+    bundle = make_bundle(args.data / "bundle")  # the committed model and configs in the zoo's layout
+    repository = ROOT / "model_repository"
     local = [scheme for scheme, entry in available_backends().items() if not entry.takes_urls]
     backends = [scheme for scheme in local if is_installed(scheme)]
     reserved = [scheme for scheme in available_backends() if scheme not in backends]
-    results = [
-        run_case(backend, backend, kind, source, args) for backend in backends for kind, source in inputs.items()
-    ]
+    cases = [Case(HERE, name, name, kind, source, repository) for name in backends for kind, source in inputs.items()]
+    cases += [Case(BUNDLE_APP, name, name, "nifti", inputs["nifti"], bundle) for name in backends]
+    results = [run_case(case, args) for case in cases]
     remote = [scheme for scheme in ("grpc", "http") if is_installed(scheme)]
     if remote and _has_server():
-        with LocalTritonServer(ROOT / "model_repository") as server:
-            for scheme in remote:
-                url = server.grpc_url if scheme == "grpc" else server.http_url
-                results += [run_case(scheme, url, kind, source, args) for kind, source in inputs.items()]
+        results += run_remote(remote, inputs, bundle, args)
         reserved = [scheme for scheme in reserved if scheme not in remote]
+    results.sort(key=lambda r: r.app != "app")  # the app's rows first, then the bundle's, each in backend order
     first = {r.kind: r for r in reversed(results)}  # per input kind, the first row's labels are the reference
     results = [r.compared(np.asarray(nib.load(str(first[r.kind].outputs_dir / "seg.nii.gz")).dataobj)) for r in results]
     report(results, reserved)
     return 0 if all(min(r.dice.values()) >= DICE_TARGET and r.same_labels for r in results) else 1
 
 
-def run_case(name: str, spec: str, kind: str, source: Path, args: argparse.Namespace) -> Result:
-    out = args.out / name / kind
-    seconds = run_app(spec, source, out)
+def run_remote(schemes: list[str], inputs: dict[str, Path], bundle: Path, args: argparse.Namespace) -> list[Result]:
+    """The remote rows, against one local server: the committed model, and what ``repo build`` makes of the bundle."""
+    results = []
+    with tempfile.TemporaryDirectory(prefix="demo-repository-") as scratch:
+        served = Path(scratch)
+        shutil.copytree(ROOT / "model_repository" / "brain_tissue_seg", served / "brain_tissue_seg")
+        build_bundle(bundle, served, BUNDLE_MODEL)
+        with LocalTritonServer(served) as server:
+            for scheme in schemes:
+                url = server.grpc_url if scheme == "grpc" else server.http_url
+                results += [
+                    run_case(Case(HERE, scheme, url, kind, path, served), args) for kind, path in inputs.items()
+                ]
+                named = ("--model-name", BUNDLE_MODEL)
+                results.append(run_case(Case(BUNDLE_APP, scheme, url, "nifti", inputs["nifti"], bundle, named), args))
+    return results
+
+
+def run_case(case: Case, args: argparse.Namespace) -> Result:
+    out = args.out / case.backend / case.kind if case.label == "app" else args.out / "bundle" / case.backend
+    seconds = run_app(case, out)
     outputs = sorted(p for p in out.rglob("*") if p.is_file())
-    return Result(name, kind, seconds, measure_dice(out / "seg.nii.gz", args.data / "labels.nii.gz"), outputs, out)
+    dice_of = measure_dice(out / "seg.nii.gz", args.data / "labels.nii.gz")
+    return Result(case.label, case.backend, case.kind, seconds, dice_of, outputs, out)
 
 
 def _has_server() -> bool:
@@ -128,24 +179,26 @@ def _has_server() -> bool:
 
 def report(results: list[Result], reserved: list[str]) -> None:
     names = [LABELS[label] for label in sorted(LABELS)]
-    header = f"\n{'backend':<10}{'input':<8}{'seconds':>9}" + "".join(f"{'Dice ' + n:>20}" for n in names)
+    header = f"\n{'app':<8}{'backend':<10}{'input':<8}{'seconds':>9}" + "".join(f"{'Dice ' + n:>20}" for n in names)
     print(header + f"{'labels = 1st row':>18}")
     for r in results:
         print(
-            f"{r.backend:<10}{r.kind:<8}{r.seconds:>9.1f}"
+            f"{r.app:<8}{r.backend:<10}{r.kind:<8}{r.seconds:>9.1f}"
             + "".join(f"{r.dice[label]:>20.4f}" for label in sorted(LABELS))
             + f"{'yes' if r.same_labels else 'NO':>18}"
         )
     print(f"\nDice target: >= {DICE_TARGET} for each tissue, on the full 197x233x189 volume.")
+    print("app: apps/brain_tissue_seg; bundle: apps/bundle_seg with the sample model as a MONAI Bundle.")
     if reserved:
         print(f"Backends not run here (not installed, or they need a server URL): {', '.join(reserved)}")
     print("\nOutputs:")
     for r in results:
         for path in r.outputs:
-            print(f"  [{r.backend}/{r.kind}] {_shown(path)}")
+            print(f"  [{r.app}/{r.backend}/{r.kind}] {_shown(path)}")
     print("\nPreviews (input slices with the labels overlaid):")
     for r in results:
-        print(f"  [{r.backend}/{r.kind}] {_shown(r.outputs_dir / 'preview.png')}")
+        if (r.outputs_dir / "preview.png").is_file():
+            print(f"  [{r.app}/{r.backend}/{r.kind}] {_shown(r.outputs_dir / 'preview.png')}")
 
 
 def _shown(path: Path) -> Path:

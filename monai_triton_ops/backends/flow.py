@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 import time
+import traceback
 import weakref
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -203,17 +204,21 @@ class RequestFlow:
         try:
             child = self._submit(call.requests[index])
         except Exception as exc:  # a backend refusing synchronously fails this call, not the caller's thread
+            drop_locals(exc)
             child = Future()
             child.set_exception(exc)
         child.add_done_callback(functools.partial(self._finished, call, index))
 
     def _finished(self, call: Call, index: int, child: Future[Mapping[str, ArrayLike]]) -> None:
         self._release(call, index)
-        try:
-            outputs = child.result()
-        except BaseException as exc:  # the backend's error, or the child's cancellation
-            self._conclude(call, index, None, exc)
+        try:  # read, not raised: a raise would add this frame (and the call it holds) to the error's traceback
+            error = child.exception()
+        except BaseException as exc:  # the child's cancellation
+            error = exc.with_traceback(None)
+        if error is not None:
+            self._conclude(call, index, None, error)
         else:
+            outputs = child.result()
             self._conclude(call, index, outputs, None)
             del outputs
         self._pump()
@@ -301,3 +306,18 @@ class RequestFlow:
             self._wake_close()
         if future.cancelled() and call.settle():  # the caller cancelled: stop what is running
             self._cancel_running(call)
+
+
+def drop_locals(error: BaseException) -> None:
+    """Clear the local variables of the frames ``error`` (and its causes) went through.
+
+    A refused request's exception ends up in the call's failed future, and its traceback keeps every frame
+    it was raised through, with their locals: the request, its inputs, what the backend made of it. A caller
+    that keeps the future would keep all that alive. The traceback still says where it was raised.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        traceback.clear_frames(current.__traceback__)
+        current = current.__cause__ or current.__context__

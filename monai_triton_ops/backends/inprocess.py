@@ -24,6 +24,7 @@ import functools
 import logging
 import struct
 import threading
+import time
 from collections.abc import Mapping
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
@@ -46,7 +47,7 @@ from ..repository.signatures import LocalEntry, local_entry
 from ..signature import ModelSignature, TensorSpec
 from . import shared_server, status
 from .arrays import ArrayLike, as_numpy
-from .base import Availability, BaseBackend, InferRequest
+from .base import CLOSE_TIMEOUT_S, Availability, BaseBackend, InferRequest
 from .leases import BufferPool
 from .options import BackendOptions
 
@@ -70,7 +71,7 @@ class TritonOptions(BackendOptions):
 
     log_verbose: int = 0
     log_file: Path | None = None
-    exit_timeout_s: int = 30
+    exit_timeout_s: int = 15
     shm_default_byte_size: int | None = None
     shm_growth_byte_size: int | None = None
     backend_config: tuple[str, ...] = ()
@@ -171,6 +172,7 @@ class InProcessBackend(BaseBackend):
         self._requests: dict[int, bindings.TRITONSERVER_InferenceRequest] = {}  # in Triton, for cancel
         self._requests_lock = threading.Lock()
         self._buffers = BufferPool()
+        self._close_by: float | None = None  # close()'s deadline, which the server's end keeps too
 
     @property
     def server(self) -> shared_server.InProcessServer:
@@ -200,6 +202,7 @@ class InProcessBackend(BaseBackend):
         result: Future[Mapping[str, ArrayLike]] = Future()
         pending = _Pending(result)
         key = id(request)
+        triton_request = None
         try:
             triton_request = self._triton_request(request, pending)
             with self._requests_lock:
@@ -208,6 +211,8 @@ class InProcessBackend(BaseBackend):
         except Exception as exc:  # refused synchronously: a closing server, an input Triton rejects
             with self._requests_lock:
                 self._requests.pop(key, None)
+            if triton_request is not None:  # never Triton's: deleted now, or it pins its model until collected
+                _delete(triton_request)
             raise self._error(exc) from exc
         landed.add_done_callback(functools.partial(self._landed, key, pending))
         return result
@@ -288,11 +293,17 @@ class InProcessBackend(BaseBackend):
             if triton_request is not None:
                 triton_request.cancel()
 
+    def close(self, timeout_s: float | None = None) -> None:
+        """The contract's ``close``; the server, when this is its last holder, ends by the same deadline."""
+        self._close_by = time.monotonic() + (CLOSE_TIMEOUT_S if timeout_s is None else max(0.0, timeout_s))
+        super().close(timeout_s)
+
     def _close(self) -> None:
         self._buffers.clear()  # results still held by callers keep their own buffers
         if self._server is not None:
             self._server = None
-            shared_server.release(self.model_name, self)
+            left = None if self._close_by is None else max(0.0, self._close_by - time.monotonic())
+            shared_server.release(self.model_name, self, left)
 
 
 def _refuse_bytes_in_a_numpy2_stub(signature: ModelSignature, entry: LocalEntry) -> None:

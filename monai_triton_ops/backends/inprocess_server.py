@@ -7,22 +7,25 @@ The binding (``bindings/``) is the C API with its ownership rules and no policy;
     .load(model, repository)                explicit load; fails fast when a Python-backend stub cannot start
     .submit(request) -> Future[None]        lend a request to Triton (refused once closing)
     .unload(model)
-    .close()                                drain up to the exit timeout, then force, then delete (never raises)
+    .close(timeout_s)                       drain until the deadline, then force, then delete (never raises)
     at interpreter exit                     the same close(), registered with ``atexit`` while the server runs
 
-``close()`` handles every way the end can go, in this order, and is the only code that does:
+``close(timeout_s)`` handles every way the end can go, in this order, and is the only code that does:
 
-1. Refuse new requests; wait for those in flight until ``exit_timeout_s``.
-2. Requests still in flight: Triton cannot interrupt a Python model that is executing, and deleting the
-   server under them crashes, so the stubs are killed: Triton then fails each request within a second.
+1. Refuse new requests; wait for those in flight until ``timeout_s`` (default ``exit_timeout_s``).
+2. Requests still in flight: all at once, each is cancelled in Triton (what a dynamic batcher still queues
+   fails at once) and the stubs are killed (Triton cannot interrupt a Python model that is executing, and
+   deleting the server under a request crashes). Triton then fails what it holds at about one request per
+   second and model instance; what has not landed after ``FORCE_GRACE_S`` is abandoned (``stranded``).
 3. A stub that died (killed here, or crashed earlier), or a model stuck loading: Triton 2.51 can never
    unload that model, so the server cannot be deleted (its stop would time out, and deleting after a
-   failed stop crashes). It is left to the process's exit with nothing in flight, which is safe; its
-   other stubs are killed.
-4. Otherwise the models are unloaded and the server is deleted (``TRITONSERVER_ServerDelete``).
-5. Always: the environment restored, the shared-memory regions of this server and its temporary folder
-   removed, the stub output pipe closed. At interpreter exit, a request that still did not land after
-   all that would call into a finalizing interpreter, so the process ends there (``os._exit``).
+   failed stop crashes). It is left undeleted (safe once nothing is in flight); its other stubs are killed.
+4. Otherwise the models are unloaded, within what is left of ``timeout_s`` (at least ``UNLOAD_MIN_S``; else
+   as in 3), and the server is deleted (``TRITONSERVER_ServerDelete``).
+5. Always: the environment restored, this server's shared-memory regions and temporary folder removed, the
+   stub output pipe closed. Abandoned requests would call into a finalizing interpreter: the exit hook stays
+   registered while any is out, waits for them at interpreter exit (up to ``exit_timeout_s`` after an
+   earlier ``close()``), then ends the process at once (``os._exit(STRANDED_EXIT_CODE)``), never crashes.
 
 Around the server, exactly what the local server launcher sets up (``server.environment``): a backend folder
 with the Python backend (its stub behind ``stubs.StubOutput``'s wrapper), the stub environment, a
@@ -40,7 +43,6 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -55,6 +57,7 @@ from ..server.environment import (
     remove_shm_regions,
     server_environment,
     shm_prefix,
+    temp_folder,
 )
 from ..server.logs import last_line, stub_failure
 from ..server.mirror import mirror_repository
@@ -72,13 +75,15 @@ logger = logging.getLogger(__name__)
 #: says why each): the library and Python paths, OpenMP threads that sleep between requests, and glibc keeping
 #: freed tensor buffers for reuse. This process's own allocator read its settings at start and is unaffected.
 STUB_ENVIRON = ("LD_LIBRARY_PATH", "PATH", "OMP_WAIT_POLICY", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
-#: Once nothing is in flight, how long models may take to unload before the server is left undeleted.
-UNLOAD_TIMEOUT_S = 30.0
+#: Once nothing is in flight, the least time models get to unload (else the server is left undeleted).
+UNLOAD_MIN_S = 3.0
 UNLOAD_POLL_S = 0.02
 _LIVE_STATES = ("READY", "LOADING", "UNLOADING")
-#: After the stubs were killed, Triton fails each request it still holds within about a second.
-KILLED_GRACE_S = 5.0
-KILLED_GRACE_PER_REQUEST_S = 1.5
+#: After the forced end (requests cancelled, stubs killed), how long Triton may take to fail what it holds:
+#: about one request a second per model instance (a Python model's execution waits a second on a dead stub).
+FORCE_GRACE_S = 3.0
+#: ``ServerDelete`` once every model unloaded: its stop has nothing left to wait for.
+DELETE_EXIT_TIMEOUT_S = 2
 #: The exit code of a process that had to end with requests still in flight (see ``_at_exit``).
 STRANDED_EXIT_CODE = 70
 
@@ -97,7 +102,7 @@ class Ending:
     """Triton deleted the server; otherwise it is left to the process's exit, with nothing in flight."""
     killed_stubs: tuple[int, ...] = ()
     stranded: int = 0
-    """Requests that never landed (only a hung C++ backend): the process must not finalize under them."""
+    """Requests still out after the forced end: the process must not finalize under them (``_at_exit``)."""
     reason: str = ""
 
 
@@ -129,7 +134,7 @@ class InProcessServer:
         self._landed = threading.Condition()
         self._close_lock = threading.Lock()
         self._ending: Ending | None = None
-        self._workdir = Path(tempfile.mkdtemp(prefix="monai_triton_inprocess_"))
+        self._workdir = temp_folder("inprocess")
         self._saved_environ = {key: os.environ.get(key) for key in STUB_ENVIRON}
         self._output: stubs.StubOutput | None = None
         try:
@@ -290,56 +295,64 @@ class InProcessServer:
 
     # -- the end ------------------------------------------------------------------------------------------
     def close(self, timeout_s: float | None = None) -> Ending:
-        """End the server (see the module docstring); idempotent, never raises, returns how it ended."""
+        """End the server within ``timeout_s`` (default ``exit_timeout_s``) plus the forced end's
+        ``FORCE_GRACE_S`` (see the module docstring); idempotent, never raises, returns how it ended."""
         with self._close_lock:
             if self._ending is not None:
                 return self._ending
             with self._landed:
                 self.phase = Phase.CLOSING
+            drain_s = self.settings.exit_timeout_s if timeout_s is None else max(0.0, timeout_s)
             try:
-                self._ending = self._end(self.settings.exit_timeout_s if timeout_s is None else timeout_s)
+                self._ending = self._end(time.monotonic() + drain_s)
             except Exception as exc:  # a bug must not keep the process from ending
                 logger.exception("closing the in-process Triton server failed")
                 self._ending = Ending(deleted=False, reason=f"close failed: {exc!r}")
             finally:
                 self._cleanup()
                 self.phase = Phase.CLOSED
-                atexit.unregister(self._at_exit)
+                if not self.in_flight:  # else the exit hook must still keep the interpreter from finalizing
+                    atexit.unregister(self._at_exit)
             log = logger.info if self._ending.deleted else logger.warning
             log("in-process Triton server stopped: %s", self._ending)
             return self._ending
 
-    def _end(self, drain_s: float) -> Ending:
+    def _end(self, deadline: float) -> Ending:
         killed: list[int] = []
-        if not self._wait_landed(drain_s):
-            in_flight = self.in_flight
-            killed = stubs.kill(stubs.stub_pids(self.shm_prefix))
-            logger.warning(
-                "%d request(s) still in flight after %s s: killed the model stubs %s so that they end",
-                in_flight,
-                drain_s,
-                killed,
-            )
-            if not self._wait_landed(KILLED_GRACE_S + KILLED_GRACE_PER_REQUEST_S * in_flight):
+        if not self._wait_landed(deadline - time.monotonic()):
+            killed = self._force()
+            if not self._wait_landed(FORCE_GRACE_S):
                 return Ending(deleted=False, killed_stubs=tuple(killed), stranded=self.in_flight, reason="stranded")
         dead = [c for c in stubs.stub_children() if c.zombie and c.pid in self._known_stubs]
         if killed or dead or self.stuck:
             why = f"models stuck loading {self.stuck}" if self.stuck else f"{len(killed or dead)} stub(s) died"
             return self._abandon(killed, f"{why}: Triton cannot unload them")
-        return self._delete()
+        return self._delete(max(deadline - time.monotonic(), UNLOAD_MIN_S))
 
-    def _delete(self) -> Ending:
+    def _force(self) -> list[int]:
+        """End every request in flight at once: cancel each in Triton, then kill the stubs executing them."""
+        with self._landed:
+            flights = list(self._flights.values())
+        for request in flights:
+            with contextlib.suppress(Exception):  # released meanwhile: nothing to cancel
+                request.cancel()
+        killed = stubs.kill(stubs.stub_pids(self.shm_prefix))
+        logger.warning("%d request(s) in flight at the deadline: cancelled, stubs %s killed", len(flights), killed)
+        return killed
+
+    def _delete(self, unload_s: float) -> Ending:
         """Unload every model (polled: Triton's own stop checks once a second), then delete the server."""
         from .. import bindings as b
 
-        unload_s = max(self.settings.exit_timeout_s, UNLOAD_TIMEOUT_S)
         try:
             for name in list(self.models):
                 self.server.unload_model(name)
             deadline = time.monotonic() + unload_s
-            while self._live_models() and time.monotonic() < deadline:
+            while (live := self._live_models()) and time.monotonic() < deadline:
                 time.sleep(UNLOAD_POLL_S)
-            self.server.set_exit_timeout(int(unload_s))
+            if live:
+                return self._abandon([], f"models {live} did not unload within {unload_s:.1f} s")
+            self.server.set_exit_timeout(DELETE_EXIT_TIMEOUT_S)
             self.server.delete()
         except b.TritonError as exc:
             return self._abandon([], f"Triton could not stop: {exc}")
@@ -365,17 +378,21 @@ class InProcessServer:
         shutil.rmtree(self._workdir, ignore_errors=True)
 
     def _at_exit(self) -> None:
-        """Interpreter exit with the server still running: close it while Triton's threads may call back."""
+        """Interpreter exit with the server running, or with requests a ``close()`` abandoned still out: close
+        (a no-op after a close), wait a last grace for what is out, else end the process before it finalizes."""
+        closed_before = self._ending is not None
         ending = self.close()
-        if ending.stranded:
-            logger.critical(
-                "in-process Triton: %d request(s) never landed; ending the process now (exit code %d): "
-                "a finalizing interpreter would crash under their callbacks",
-                ending.stranded,
-                STRANDED_EXIT_CODE,
-            )
-            logging.shutdown()
-            for stream in (sys.stdout, sys.stderr):
-                with contextlib.suppress(Exception):
-                    stream.flush()
-            os._exit(STRANDED_EXIT_CODE)
+        if self._wait_landed(self.settings.exit_timeout_s if closed_before else 0.0):
+            return
+        logger.critical(
+            "in-process Triton: %d request(s) still in flight after the deadline (%s); ending the process now "
+            "(exit code %d): a finalizing interpreter would crash under their callbacks",
+            self.in_flight,
+            ending.reason,
+            STRANDED_EXIT_CODE,
+        )
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(STRANDED_EXIT_CODE)

@@ -22,7 +22,7 @@ class ServerSettings:
     library_path: Path | None = None
     log_verbose: int = 0
     log_file: Path | None = None
-    exit_timeout_s: int = 30
+    exit_timeout_s: int = 15
     backend_config: tuple[tuple[str, str, str], ...] = ()  # (backend, setting, value)
     buffer_manager_thread_count: int | None = None
     model_load_thread_count: int | None = None

@@ -72,8 +72,9 @@ def acquire(settings: ServerSettings, repository: Path, model: str, holder: obje
         return server
 
 
-def release(model: str, holder: object) -> None:
-    """Give back ``holder``'s hold: unload ``model`` at its last, end the server at the very last."""
+def release(model: str, holder: object, timeout_s: float | None = None) -> None:
+    """Give back ``holder``'s hold: unload ``model`` at its last, end the server at the very last, within
+    ``timeout_s`` (see ``InProcessServer.close``; default the server's ``exit_timeout_s``)."""
     with _lock:
         server = _holds.server
         holders = _holds.models.get(model)
@@ -87,7 +88,7 @@ def release(model: str, holder: object) -> None:
             server.unload(model)
             return
         _holds.server = None
-        server.close()  # under the lock: the next acquire starts a new server only once this one is gone
+        server.close(timeout_s)  # under the lock: the next acquire starts a new server only once this one is gone
 
 
 def current() -> InProcessServer | None:

@@ -21,7 +21,7 @@ Each remote transport reads its wire's codes through it in one context manager (
     TOO_LARGE         -                    RESOURCE_EXHAUSTED             413           -> InferenceError
     ALREADY_EXISTS    ALREADY_EXISTS       ALREADY_EXISTS                 409           -> InferenceError
     CANCELLED         CANCELLED            CANCELLED                      -             -> InferenceError
-    INTERNAL          INTERNAL, UNKNOWN    every other code               every other   -> InferenceError
+    INTERNAL          INTERNAL, UNKNOWN    every other code               every other   -> ServerInternalError
 
 Triton's HTTP frontend folds ``UNKNOWN``, ``ALREADY_EXISTS`` and ``CANCELLED`` into 400 (``HttpCodeFromError``
 in the server's ``http_server.cc``), so over HTTP those three read as ``INVALID_ARGUMENT``; :data:`TRITON_WIRE`
@@ -53,6 +53,7 @@ from ..errors import (
     InputValidationError,
     ModelNotFoundError,
     MonaiTritonError,
+    ServerInternalError,
     ServerUnavailableError,
 )
 
@@ -87,7 +88,7 @@ ERROR_CLASSES: Mapping[Status, type[MonaiTritonError]] = MappingProxyType(
         Status.TOO_LARGE: InferenceError,
         Status.ALREADY_EXISTS: InferenceError,
         Status.CANCELLED: InferenceError,
-        Status.INTERNAL: InferenceError,
+        Status.INTERNAL: ServerInternalError,
     }
 )
 
@@ -246,4 +247,6 @@ def _explained(error: CallError, waited_s: float | None) -> str:
         return f"message too large ({message}); use shared_memory=system on this host, or smaller batches"
     if status is Status.CANCELLED:
         return f"the request was cancelled: {message}"
+    if status is Status.INTERNAL:
+        return f"the server failed on the request (its own or its model's internal error; its log says why): {message}"
     return f"{status.value} error: {message}"

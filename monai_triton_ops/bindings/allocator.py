@@ -5,6 +5,8 @@ handles: the request's handle is the ``response_allocator_userp`` (see ``request
 ``buffer_userp`` is a handle to its record, held until ``release_fn``. An exception raised by a Python
 callback becomes a ``TRITONSERVER_Error`` returned to Triton (never NULL-with-success: Triton would write
 through an unset pointer), and the request remembers it so that the response's error is chained to it.
+The buffers allocated before a failed allocation stay with the response Triton sends with that error:
+the binding deletes that response after its callback, and Triton releases them through ``release_fn``.
 
 An exception from ``release_fn`` belongs to the response whose buffers it releases: Triton calls it inside
 ``TRITONSERVER_InferenceResponseDelete``, on the thread deleting that response, which collects it

@@ -12,7 +12,8 @@ Ownership, as the C API says and this wrapper enforces:
   delivered (they may come in either order, on Triton's threads, before ``infer_async`` returns).
 
 ``infer_async`` returns a future that completes at the end of that flight, with the first exception any
-of the request's Python callbacks raised (an exception is never swallowed by ctypes).
+of the request's Python callbacks raised (an exception is never swallowed by ctypes); its traceback is kept
+as a note, not as frames, so that it holds no response or buffer alive (``flight.detached``).
 """
 
 from __future__ import annotations
@@ -292,7 +293,7 @@ class TRITONSERVER_InferenceRequest(TritonObject):
 
     def _callback_failed(self, exc: BaseException) -> None:
         if self._flight is not None:
-            self._flight.note(exc)
+            self._flight.note(exc, allocation=True)
 
     def _finish(self, flight: Flight, *, released: bool = False, final: bool = False) -> Callable[[], None] | None:
         """Record release or FINAL; once both came, end the flight and return what completes its future.
@@ -362,12 +363,17 @@ def _on_response(response: int | None, flags: int, userp: int | None) -> None:
             lib().TRITONSERVER_InferenceResponseDelete(response)
         return
     complete = TRITONSERVER_ResponseCompleteFlag(flags)
+    wrapped: TRITONSERVER_InferenceResponse | None = None
+    raised = False
     try:
         wrapped = TRITONSERVER_InferenceResponse(response, request.server, flight) if response else None
         if flight.response_fn is not None:
             flight.response_fn(wrapped, complete, flight.response_user_object)
     except BaseException as exc:  # carried to the flight's future
         flight.note(exc)
+        raised = True
+    if wrapped is not None:
+        wrapped._after_callback(raised=raised)  # deletes it if the callee may not keep it
     wrapped = None  # the callee owns the response now: drop ours
     if complete & TRITONSERVER_ResponseCompleteFlag.FINAL:
         done = request._finish(flight, final=True)

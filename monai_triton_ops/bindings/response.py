@@ -1,5 +1,9 @@
 """``TRITONSERVER_InferenceResponse``: what a response callback receives (and then owns).
 
+The callee owns the response unless its callback raised, or an allocation of its outputs failed: then the
+binding deletes it when the callback returns, which releases every output buffer allocated for it (a
+reference the callback kept raises "deleted" on use).
+
 Reading a response (outputs, parameters) first raises the error it carries, if any: the error belongs to
 the response (it is not deleted), and when an allocator callback caused it, the exception is chained to
 the one the callback raised. Deleting a response releases its output buffers: an exception a ``release_fn``
@@ -20,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from ._library import lib, raise_error
-from ._object import TritonObject, handle_object
+from ._object import State, TritonObject, handle_object
 from .allocator import collect_release_errors, deliver_release_error
 from .dtypes import numpy_dtype
 from .enums import TRITONSERVER_DataType, TRITONSERVER_MemoryType, TRITONSERVER_ParameterType
@@ -63,6 +67,28 @@ class TRITONSERVER_InferenceResponse(TritonObject):
             cause = self._flight.allocation_error() if self._flight is not None else None
             raise_error(error, owned=False, cause=cause)
         self._checked = True
+
+    def _after_callback(self, *, raised: bool) -> None:
+        """Its response callback returned (or ``raised``): delete the response if the callee may not keep it.
+
+        A callback that raised did not take the response; a response whose output allocation failed holds
+        the outputs allocated before the failure and nothing readable. Deleting it releases those buffers
+        now, whatever still refers to it (a use then raises "deleted"). A response deleted already stays so.
+        """
+        if self._state is not State.OWNED:
+            return
+        failed = self._flight is not None and self._flight.allocation_failure is not None
+        if raised:
+            because = "its response callback raised"
+        elif failed and lib().TRITONSERVER_InferenceResponseError(self._pointer):
+            because = "an allocation of its outputs failed"
+        else:
+            return
+        try:
+            self._delete_now(because)
+        except BaseException as exc:  # carried to the inference's future
+            if self._flight is not None:
+                self._flight.note(exc)
 
     def _read(self) -> int:
         if not self._checked:

@@ -24,22 +24,27 @@ from .reader import Bundle
 from .transforms import is_map_compose
 
 Network = Callable[[torch.Tensor], Any]
+#: What MONAI's inferers are: ``inferer(inputs=batch, network=network)``.
+Inferer = Callable[..., Any]
 
 
 def run_bundle(
-    bundle: Bundle, inputs: Mapping[str, torch.Tensor], network: Network
+    bundle: Bundle, inputs: Mapping[str, torch.Tensor], network: Network, inferer: Inferer | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Pre-processing, the bundle's inferer over ``network``, post-processing.
 
-    Returns ``({output_name: value}, metadata)`` where ``metadata`` is the pre-processed first input's
-    (what the App SDK gives the output ``Image``).
+    ``inferer`` replaces the bundle's own: a network that runs the bundle's sliding window itself (a
+    whole-volume model on a server) takes the whole image, through ``SimpleInferer``. Returns
+    ``({output_name: value}, metadata)`` where ``metadata`` is the pre-processed first input's (what the App
+    SDK gives the output ``Image``).
     """
+    infer = bundle.inferer if inferer is None else inferer
     first_name = bundle.input_names[0]
     with torch.no_grad():
         data = _stage(bundle, "preprocessing", lambda: _pre(bundle, dict(inputs)))
         kept = data[first_name]
         batch = data.pop(first_name)[None]
-        outputs = _stage(bundle, "inferer", lambda: bundle.inferer(inputs=batch, network=_as_meta(network)))
+        outputs = _stage(bundle, "inferer", lambda: infer(inputs=batch, network=_as_meta(network)))
         data[first_name] = kept
         result = _stage(bundle, "postprocessing", lambda: _post(bundle, ensure_tuple(outputs)[0], data))
     named = _named(bundle, result)

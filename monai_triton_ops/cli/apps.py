@@ -42,7 +42,7 @@ def _run_exec(args: argparse.Namespace) -> int:
         interrupts.block()
     console.prepare_process(restart=args.process)  # before anything imports Holoscan
     if args.process:
-        interrupts.install()
+        interrupts.install_signal_handlers()
     app = args.app
     if not (app.is_file() or (app / "__main__.py").is_file()):
         raise UsageError(f"{str(app)!r} is neither a .py file nor a folder with __main__.py")

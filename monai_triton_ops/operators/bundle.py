@@ -10,6 +10,8 @@ labels are the ports, and must be the bundle's ``network_data_format`` names), `
 - the backend: ``torch`` and ``triton`` load the model from the repository given (``-m``/``model_repository``),
   else from one built from the bundle into a cache keyed by its content; a remote one asks its server for
   model ``NAME`` (``repo build`` made it), the pre- and post-processing always coming from the local bundle;
+  with ``mode=volume``, model ``NAME_volume`` (``repo build --whole-volume``), which runs the bundle's sliding
+  window on the server with the inferer's settings (``bundle_volume.py``);
 - one inference: ``bundles.run_bundle`` with the backend as the inferer's network (``pipeline.Predictor``).
 """
 
@@ -28,11 +30,13 @@ from ..backends.base import BaseBackend
 from ..backends.registry import create_backend
 from ..bundles import DEFAULT_CONFIG_NAMES, Bundle, ItemNames, is_bundle, read_bundle, run_bundle
 from ..bundles.images import array_to_tensor, image_to_tensor, tensor_to_image
+from ..bundles.inferer import describe as describe_inferer
 from ..errors import BundleError, ConfigError, InputDataError
 from ..pipeline.predictor import Predictor
 from ..preflight import is_remote
 from ..repository import layout
 from ..repository.bundle import cached_repository, model_name_of
+from .bundle_volume import WHOLE_IMAGE, VolumeNetwork, inferer_settings, volume_network
 from .report import log_run
 
 logger = logging.getLogger(__name__)
@@ -72,6 +76,7 @@ class BundleRun:
         self.backend_spec = backend_spec
         self.backend_options = dict(backend_options)
         self._backend: BaseBackend | None = None
+        self._volume: VolumeNetwork | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def create_backend(self) -> BaseBackend:
@@ -82,7 +87,8 @@ class BundleRun:
         if is_remote(spec):
             where = f"model {self.model_name!r} on {spec}"
             backend = create_backend(spec, self.model_name, **options)
-            self._refuse_volume_mode(backend)
+            if str(getattr(backend.options, "mode", "window")) == "volume":  # refused before anything connects
+                inferer_settings(self.bundle, None)
         else:
             repository, name = self.repository, self.model_name
             if repository is None:  # built from the bundle, once per content
@@ -92,27 +98,21 @@ class BundleRun:
         logger.info("bundle: configs from %s; network: %s (backend %r)", self.bundle.label, where, spec)
         return backend
 
-    def _refuse_volume_mode(self, backend: BaseBackend) -> None:
-        """``mode=volume`` would run a sliding window of the server's own beside the bundle's: not (yet) for bundles."""
-        if str(getattr(backend.options, "mode", "window")) == "volume":
-            item = self.bundle.items.inferer
-            raise BundleError(
-                "mode=volume is not supported for a bundle: its own inferer runs in the app, each window a request "
-                "to the network's model; use mode=window (the default)",
-                file=self.bundle.config.file_of(item),
-                item=item,
-            )
-
     @property
     def backend(self) -> BaseBackend | None:
         return self._backend
 
     def open(self, backend: BaseBackend) -> None:
+        """Open ``backend``; in volume mode (its model ``<name>_volume``) the bundle's inferer must be one the server
+        runs (``bundle_volume.py``), else the error names the inferer item."""
         self._backend = backend
         backend.open()
+        self._volume = volume_network(self.bundle, backend)
+        if self._volume is not None:
+            logger.info("bundle: mode=volume, the inferer on the server: %s", describe_inferer(self.bundle.inferer))
 
     def close(self) -> BaseBackend | None:
-        backend, self._backend = self._backend, None
+        backend, self._backend, self._volume = self._backend, None, None
         return backend
 
     # -- data flow -------------------------------------------------------------------------
@@ -131,7 +131,10 @@ class BundleRun:
             raise ConfigError(f"bundle operator for model {self.model_name!r}: the backend opens in start()")
         tensors = {name: self._tensor(name, inputs.get(name)) for name in self.bundle.input_names}
         started = time.perf_counter()
-        outputs, meta = run_bundle(self.bundle, tensors, Predictor(backend))
+        if self._volume is not None:  # the whole image to the server, which runs the bundle's sliding window
+            outputs, meta = run_bundle(self.bundle, tensors, self._volume, WHOLE_IMAGE)
+        else:
+            outputs, meta = run_bundle(self.bundle, tensors, Predictor(backend))
         log_run(self.model_name, backend, 1, time.perf_counter() - started)
         return {name: self._output(name, value, meta) for name, value in outputs.items()}
 

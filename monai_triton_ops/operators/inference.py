@@ -36,26 +36,26 @@ from monai.deploy.core import AppContext, Fragment, Image, OperatorSpec
 from monai.deploy.operators import InferenceOperator as SdkInferenceOperator
 
 from .. import interrupts
-from ..app_args import (
-    BACKEND_ARG,
-    BACKEND_OPTIONS_ARG,
-    BACKEND_SOURCE_ARG,
-    MODEL_NAME_ARG,
-    PREVIEW_ARG,
-    allow_non_finite_from,
-    resolve_backend,
-)
+from ..app_args import BACKEND_OPTIONS_ARG, MODEL_NAME_ARG, PREVIEW_ARG, allow_non_finite_from
 from ..app_settings import backend_keywords, describe, load_settings, model_name_for
 from ..backends.base import BaseBackend
 from ..backends.registry import create_backend
 from ..bundles import Bundle
 from ..errors import BackendStateError, ConfigError, InputDataError
 from ..pipeline.checks import check_finite, image_context
-from ..pipeline.dictionary import INPUT_KEY, PRED_KEY, has_loader, is_dictionary_transform, run_dictionary_inference
+from ..pipeline.dictionary import (
+    INPUT_KEY,
+    PRED_KEY,
+    as_labels,
+    has_loader,
+    is_dictionary_transform,
+    run_dictionary_inference,
+)
 from ..pipeline.image import from_channel_first, to_channel_first
 from ..pipeline.run import Transform, run_inference
 from ..pipeline.settings import InferenceSettings
 from ..preflight import check_model_entry
+from .arguments import repository_of, sdk_settings, spec_from
 from .bundle import BundleRun, bundle_keywords
 from .report import log_run
 
@@ -63,8 +63,6 @@ logger = logging.getLogger(__name__)
 
 #: Creates a (not yet open) backend; the operator opens it in ``start()`` and closes it in ``stop()``.
 BackendFactory = Callable[[], BaseBackend]
-#: ``MonaiSegInferenceOperator`` keywords that are inference settings here.
-SDK_SETTINGS = ("roi_size", "overlap", "sw_batch_size", "inferer", "mode")
 #: Seconds ``stop()`` (and an interrupt) give requests still in flight.
 CLOSE_TIMEOUT_S = 5.0
 
@@ -121,7 +119,7 @@ class InferenceOperator(SdkInferenceOperator):
         """
         bundle = bundle_keywords(kwargs)
         overrides = dict(settings_overrides or {})
-        overrides.update(_sdk_settings(kwargs))
+        overrides.update(sdk_settings(kwargs))
         if settings is not None and overrides:
             raise ConfigError(
                 f"give InferenceOperator either settings or settings_overrides ({sorted(overrides)}), not both"
@@ -134,7 +132,7 @@ class InferenceOperator(SdkInferenceOperator):
             self.backend_spec = None
             self.backend_options = {**(backend_options or {}), **{k: v.value for k, v in deployed.items()}}
         else:
-            self.backend_spec, spec_source = _spec_from(backend, app_context)
+            self.backend_spec, spec_source = spec_from(backend, app_context)
             self.backend_options = backend_keywords(self.backend_spec, spec_source, deployed, backend_options or {})
         self._deployed_options = describe(deployed)
         repository = app_context.model_path if app_context is not None and app_context.model_path else model_path
@@ -151,7 +149,7 @@ class InferenceOperator(SdkInferenceOperator):
         elif not self.model_name:
             raise ConfigError("InferenceOperator needs model_name= (the model's folder name in the repository)")
         elif repository:
-            self.backend_options.setdefault("model_repository", _repository_of(repository, self.model_name))
+            self.backend_options.setdefault("model_repository", repository_of(repository, self.model_name))
         self._given_settings = settings
         self.settings_overrides = overrides
         self.pre_transforms = pre_transforms
@@ -197,6 +195,13 @@ class InferenceOperator(SdkInferenceOperator):
             backend = create_backend(self.backend_spec, self.model_name, **self.backend_options)
         self._interrupt_key = interrupts.register(self._close_now)  # before open: a load can be interrupted too
         self._backend = backend
+        try:
+            self._open(backend)
+        except BaseException:  # a model or bundle that cannot run here leaves no server, connection or region behind
+            self.stop()
+            raise
+
+    def _open(self, backend: BaseBackend) -> None:
         backend.open()
         if self._bundle is not None:  # the bundle's own inferer: no settings to read
             self._bundle.open(backend)
@@ -316,7 +321,7 @@ class InferenceOperator(SdkInferenceOperator):
                 input_key=self.input_dataset_key,
                 pred_key=self.pred_dataset_key,
             )
-        return _as_labels(from_channel_first(result))
+        return as_labels(from_channel_first(result))
 
     def pre_process(self, data: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
         """App SDK ``Image`` -> channel-first MetaTensor in MONAI's voxel order, with its affine."""
@@ -342,58 +347,3 @@ class InferenceOperator(SdkInferenceOperator):
     def post_process(self, data: Any, *args: Any, **kwargs: Any) -> Any:
         """Back to the input's voxel order (``(D, H, W)``), as numpy for the App SDK writers."""
         return from_channel_first(data)
-
-
-def _sdk_settings(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Take ``MonaiSegInferenceOperator``'s inference keywords out of ``kwargs``, as settings."""
-    taken = {key: kwargs.pop(key) for key in SDK_SETTINGS if key in kwargs}
-    if "inferer" in taken:
-        taken["inferer"] = str(getattr(taken["inferer"], "value", taken["inferer"])).strip().lower()
-    if "roi_size" in taken and taken["roi_size"] is not None:
-        roi = taken["roi_size"]
-        taken["roi_size"] = tuple(int(s) for s in (roi if isinstance(roi, list | tuple) else (roi,)))
-    if isinstance(taken.get("overlap"), list | tuple):
-        raise ConfigError(f"overlap per axis {list(taken['overlap'])} is not supported; give one fraction")
-    return taken
-
-
-def _repository_of(path: str | Path, model_name: str) -> str:
-    """The model repository for ``-m`` / ``model_path``: the folder, or the folder above a model folder given."""
-    folder = Path(path)
-    if folder.is_file():
-        raise ConfigError(
-            f"model {model_name!r}: model_path {str(folder)!r} is a file; give the model repository folder "
-            f"(<repository>/{model_name}/config.pbtxt)"
-        )
-    return str(folder)
-
-
-def _as_labels(array: np.ndarray) -> np.ndarray:
-    """A label map as uint8 (``MonaiSegInferenceOperator`` does the same); anything else unchanged."""
-    if array.dtype == np.uint8 or array.size == 0:
-        return array
-    if np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating):
-        low, high = float(array.min()), float(array.max())
-        if low >= 0 and high <= 255 and np.array_equal(array, np.round(array)):
-            return array.astype(np.uint8)
-    return array
-
-
-def _spec_from(backend: str | None, app_context: AppContext | None) -> tuple[str, str]:
-    """The deploy-time choice (command line, environment, app.yaml), else the code's, else the default;
-    with its source (``app_settings.SOURCES``), by which the options in its query string rank.
-
-    An app context made by the App SDK's own ``init_app_context`` has no ``backend``: its ``-t`` /
-    ``TRITON_SERVER_NETLOC`` (``triton_server_netloc``) means ``http://HOST:PORT``, as there.
-    """
-    args = dict(app_context.args) if app_context is not None else {}
-    source = str(args.get(BACKEND_SOURCE_ARG, "command line"))
-    deployed = args.get(BACKEND_ARG) if source != "code" else None
-    if deployed:
-        return str(deployed), source
-    if backend:
-        return resolve_backend(backend), "code"
-    if args.get(BACKEND_ARG):
-        return str(args[BACKEND_ARG]), "code"
-    netloc = getattr(app_context, "triton_server_netloc", "") if app_context is not None else ""
-    return resolve_backend(None, netloc=netloc or None), "command line" if netloc else "code"

@@ -1,8 +1,9 @@
 """The one line a run prints at the default log level: which backend ran the model, where, how, how long.
 
-    model 'spleen_ct' ran on grpc (remote Triton at 127.0.0.1:8001 over gRPC, system shared memory): 1 image, 3.21 s
-    model 'spleen_ct' ran on grpc (remote Triton at 10.0.0.5:8001 over gRPC, tensors in the request body, whole
-    volume to 'spleen_ct_volume'): 1 image, 2.75 s
+    model 'spleen_ct' ran on grpc (triton 2.51.0 at 127.0.0.1:8001 over gRPC, system shared memory): 1 image, 3.21 s
+    model 'spleen_ct' ran on grpc (triton 2.51.0 at 10.0.0.5:8001 over gRPC, binary tensors, whole volume to
+    'spleen_ct_volume'): 1 image, 2.75 s
+    model 'spleen_ct' ran on http (kserve 0.21.0 at 10.0.0.7:8080 over HTTP, binary tensors): 1 image, 4.10 s
 
 It is logged by ``monai_triton_ops.run`` at INFO, and that logger lets INFO through at the default
 ``-l WARN`` (``console.configure`` gives it its own level), so a successful run says what it did in

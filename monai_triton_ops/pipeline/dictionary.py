@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import numpy as np
 import torch
 from monai.data import decollate_batch, list_data_collate
 from monai.transforms import Compose, LoadImaged, MapTransform
@@ -119,3 +120,14 @@ def _check_item(item: Any, key: str, what: str, backend: BaseBackend) -> None:
             f"model {backend.model_name!r}: {what} has no key {key!r} (keys: {sorted(map(str, item))}); set the "
             "operator's input_dataset_key / pred_dataset_key to the keys the transforms use"
         )
+
+
+def as_labels(array: np.ndarray) -> np.ndarray:
+    """A label map as uint8 (``MonaiSegInferenceOperator`` does the same); anything else unchanged."""
+    if array.dtype == np.uint8 or array.size == 0:
+        return array
+    if np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating):
+        low, high = float(array.min()), float(array.max())
+        if low >= 0 and high <= 255 and np.array_equal(array, np.round(array)):
+            return array.astype(np.uint8)
+    return array

@@ -90,5 +90,8 @@ def make_inferer(settings: InferenceSettings) -> SimpleInferer | SlidingWindowIn
         sw_batch_size=settings.sw_batch_size,
         overlap=settings.overlap,
         mode=settings.mode,
+        sigma_scale=settings.sigma_scale,
+        padding_mode=settings.padding_mode,
+        cval=settings.cval,
         progress=settings.progress,
     )

@@ -5,11 +5,16 @@ Its own module because the window data flow (``run.py``) and the whole-volume on
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from ..errors import ConfigError
+
+#: ``SlidingWindowInferer``'s defaults (MONAI's), which a whole-volume request leaves out.
+DEFAULT_SIGMA_SCALE = 0.125
+PADDING_MODES = ("constant", "reflect", "replicate", "circular")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -21,8 +26,11 @@ class InferenceSettings:
     call, ``request_batch_size`` how many of those go in one request (default: the model's
     ``max_batch_size``, or all of them when it has none; the requests of one call are in flight
     together), ``overlap`` the patch overlap fraction, ``mode`` the blending (``constant`` or
-    ``gaussian``), ``progress`` a tqdm bar over the patches. ``from_metadata`` reads the model's
-    own ``inference`` block, so an app overrides only what it must.
+    ``gaussian``), ``sigma_scale`` the gaussian's sigma as a fraction of ``roi_size`` (one value, or
+    one per spatial axis), ``padding_mode`` and ``cval`` how an image smaller than ``roi_size`` is
+    padded (MONAI's ``SlidingWindowInferer`` arguments, with its defaults), ``progress`` a tqdm bar over
+    the patches. ``from_metadata`` reads the model's own ``inference`` block, so an app overrides only
+    what it must.
     """
 
     inferer: Literal["simple", "sliding_window"] | None = None
@@ -31,6 +39,9 @@ class InferenceSettings:
     request_batch_size: int | None = None
     overlap: float = 0.25
     mode: Literal["constant", "gaussian"] = "constant"
+    sigma_scale: float | tuple[float, ...] = DEFAULT_SIGMA_SCALE
+    padding_mode: Literal["constant", "reflect", "replicate", "circular"] = "constant"
+    cval: float = 0.0
     progress: bool = False
 
     def __post_init__(self) -> None:
@@ -50,6 +61,18 @@ class InferenceSettings:
             raise ConfigError(f"overlap must be in [0, 1), got {self.overlap}")
         if self.mode not in ("constant", "gaussian"):
             raise ConfigError(f"mode must be 'constant' or 'gaussian', got {self.mode!r}")
+        self._check_blending_and_padding()
+
+    def _check_blending_and_padding(self) -> None:
+        if isinstance(self.sigma_scale, list | tuple):  # per axis, as a config or JSON gives it
+            object.__setattr__(self, "sigma_scale", tuple(float(s) for s in self.sigma_scale))
+        sigma = self.sigma_scale if isinstance(self.sigma_scale, tuple) else (self.sigma_scale,)
+        if not sigma or any(not math.isfinite(float(s)) or float(s) <= 0 for s in sigma):
+            raise ConfigError(f"sigma_scale must be > 0 (one value, or one per spatial axis), got {self.sigma_scale!r}")
+        if self.padding_mode not in PADDING_MODES:
+            raise ConfigError(f"padding_mode must be one of {', '.join(PADDING_MODES)}, got {self.padding_mode!r}")
+        if not math.isfinite(float(self.cval)):
+            raise ConfigError(f"cval must be a finite number, got {self.cval!r}")
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, Any], **overrides: Any) -> InferenceSettings:

@@ -24,7 +24,7 @@ from ..backends.requests import Parameter
 from ..errors import ConfigError, InputDataError
 from ..repository.volume import WRAP_COMMAND, VolumeSpec
 from ..signature import dtype_to_torch
-from .settings import InferenceSettings
+from .settings import DEFAULT_SIGMA_SCALE, InferenceSettings
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +46,20 @@ def request_parameters(settings: InferenceSettings) -> dict[str, Parameter]:
         parameters["roi_size"] = ",".join(str(s) for s in settings.roi_size)
     if settings.request_batch_size is not None:
         parameters["request_batch_size"] = str(settings.request_batch_size)
+    return parameters | window_weights(settings)
+
+
+def window_weights(settings: InferenceSettings) -> dict[str, Parameter]:
+    """``sigma_scale``, ``padding_mode`` and ``cval`` where they differ from MONAI's defaults, which the server
+    uses for what a request leaves out; so a volume model wrapped before they travelled serves the rest as before."""
+    parameters: dict[str, Parameter] = {}
+    sigma = settings.sigma_scale if isinstance(settings.sigma_scale, tuple) else (settings.sigma_scale,)
+    if any(float(s) != DEFAULT_SIGMA_SCALE for s in sigma):
+        parameters["sigma_scale"] = ",".join(repr(float(s)) for s in sigma)
+    if settings.padding_mode != "constant":
+        parameters["padding_mode"] = settings.padding_mode
+    if float(settings.cval) != 0.0:
+        parameters["cval"] = repr(float(settings.cval))
     return parameters
 
 

@@ -34,6 +34,8 @@ LABELS = "LABELS"
 #: The key of the block in the MONAI metadata that makes a model a whole-volume model.
 VOLUME_KEY = "whole_volume"
 RUNNER = Path(__file__).parent / "runner" / "volume.py"
+#: The runner's own module of settings, copied beside it under the same name (the runner imports it from there).
+RUNNER_SETTINGS = RUNNER.with_name("volume_settings.py")
 DEFAULT_MAX_VOLUME_MB = 1024
 DEFAULT_MAX_IN_FLIGHT = 2
 #: Labels are uint8: an argmax over more channels than this cannot be stored.
@@ -205,6 +207,7 @@ def wrap_network(
         (staging / "1").mkdir()
         (staging / layout.CONFIG_FILENAME).write_text(text, encoding="utf-8")
         shutil.copyfile(RUNNER, staging / "1" / "model.py")
+        shutil.copyfile(RUNNER_SETTINGS, staging / "1" / RUNNER_SETTINGS.name)
 
     target = install_entry(repository, signature.name, write, force=force)
     logger.info("wrote whole-volume model %r for %r to %s", signature.name, name, target)

@@ -21,9 +21,11 @@ import logging
 import os
 import re
 import secrets
+import shutil
 import signal
 import sys
 import sysconfig
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -39,6 +41,7 @@ MALLOC_TRIM_THRESHOLD = 256 << 20
 SHM_DIR = Path("/dev/shm")  # noqa: S108 - only read and unlinked, names with our own prefix
 _SHM_PREFIX = "monai_triton_"
 _PREFIX_RE = re.compile(rf"{_SHM_PREFIX}(\d+)_[0-9a-f]+_")
+_FOLDER_RE = re.compile(rf"{_SHM_PREFIX}[a-z]+_(\d+)_")
 #: The executable a stub's parent has when a ``tritonserver`` process (not an in-process server) runs it.
 SERVER_NAME = "tritonserver"
 
@@ -111,9 +114,30 @@ def remove_shm_regions(prefix: str) -> int:
 
 
 def remove_leftovers_of_dead_launchers() -> None:
-    """What a server start clears first: the stubs, then the regions, of launchers that no longer run."""
+    """What a server start clears first: the stubs, the regions, then the temporary folders of launchers that no
+    longer run."""
     end_stale_stubs()
     remove_stale_shm_regions()
+    remove_stale_temp_folders()
+
+
+def temp_folder(kind: str) -> Path:
+    """A new temporary folder ``monai_triton_<kind>_<pid>_<random>`` for one server's files: a process killed
+    before it could remove it (SIGKILL, an unhandled SIGTERM) leaves it to the next start of any server."""
+    return Path(tempfile.mkdtemp(prefix=f"{_SHM_PREFIX}{kind}_{os.getpid()}_"))
+
+
+def remove_stale_temp_folders() -> int:
+    """Remove the :func:`temp_folder` folders of processes that no longer run; returns how many."""
+    removed = 0
+    for folder in Path(tempfile.gettempdir()).glob(f"{_SHM_PREFIX}*_*_*"):
+        match = _FOLDER_RE.match(folder.name)
+        if match and folder.is_dir() and _gone(int(match.group(1))):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed += 1
+    if removed:
+        logger.info("removed %d temporary folders of dead processes", removed)
+    return removed
 
 
 def remove_stale_shm_regions() -> int:

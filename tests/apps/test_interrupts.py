@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -133,7 +134,7 @@ class Run:
             time.sleep(0.001)
 
     def wait_for_signals_taken(self, timeout_s: float = 120) -> None:
-        """Until the main thread blocks SIGINT and SIGTERM (``/proc``'s ``SigBlk``): ``interrupts.install`` ran."""
+        """Until the main thread blocks SIGINT and SIGTERM (``/proc``'s ``SigBlk``): ``install_signal_handlers`` ran."""
         wanted = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1))
         deadline = time.monotonic() + timeout_s
         while True:
@@ -212,6 +213,8 @@ def test_the_in_process_triton_server_and_its_shared_memory_are_released(
         time.sleep(0.1)
     assert not [pid for pid in stubs if _alive(pid)], "a Python backend stub outlived the app"
     assert not [r for r in regions if Path(r).exists()], "the server's shared memory was left in /dev/shm"
+    left = list(Path(tempfile.gettempdir()).glob(f"monai_triton_inprocess_{run.process.pid}_*"))
+    assert not left, f"the server's temporary folder was left: {left}"
 
 
 def _children(pid: int) -> list[int]:

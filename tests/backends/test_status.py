@@ -131,7 +131,8 @@ def test_socket_failures() -> None:
         (Status.PERMISSION, errors.ConfigError, "the server refused access (why)"),
         (Status.TOO_LARGE, errors.InferenceError, "message too large (why)"),
         (Status.CANCELLED, errors.InferenceError, "the request was cancelled: why"),
-        (Status.INTERNAL, errors.InferenceError, "internal error: why"),
+        (Status.ALREADY_EXISTS, errors.InferenceError, "already exists error: why"),
+        (Status.INTERNAL, errors.ServerInternalError, "the server failed on the request (its own or its model's"),
     ],
     ids=lambda v: v.name if isinstance(v, Status) else "",
 )

@@ -41,7 +41,7 @@ UNET_CONFIG: dict[str, Any] = {
         "transforms": [
             {"_target_": "LoadImaged", "keys": "image"},
             {"_target_": "EnsureChannelFirstd", "keys": "image"},
-            {"_target_": "Orientationd", "keys": "image", "axcodes": "RAS"},
+            {"_target_": "Orientationd", "keys": "image", "axcodes": "RAS", "labels": None},
             {"_target_": "Spacingd", "keys": "image", "pixdim": [1.5, 1.5, 2.0], "mode": "bilinear"},
             {
                 "_target_": "ScaleIntensityRanged",

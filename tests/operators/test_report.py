@@ -18,16 +18,15 @@ from monai_triton_ops.operators.report import RUN_LOGGER, describe_backend, log_
         ("triton", "triton (Triton server core in this process, C API)"),
         (
             "grpc://triton.example:8001",
-            "grpc (remote Triton at triton.example:8001 over gRPC, tensors in the request body)",
+            "grpc (remote server at triton.example:8001 over gRPC)",
         ),
         (
             "https://triton.example:8000",
-            "https (remote Triton at triton.example:8000 over HTTPS, tensors in the request body)",
+            "https (remote server at triton.example:8000 over HTTPS)",
         ),
         (
             "grpc://triton.example:8001?mode=volume",
-            "grpc (remote Triton at triton.example:8001 over gRPC, tensors in the request body, whole volume to "
-            "'unet_volume')",
+            "grpc (remote server at triton.example:8001 over gRPC, whole volume to 'unet_volume')",
         ),
     ],
 )

@@ -24,6 +24,10 @@ from monai_triton_ops.pipeline.image import affine_of, from_channel_first, to_ch
         ({"inferer": "simple", "sw_batch_size": 0}, "sw_batch_size"),
         ({"inferer": "simple", "mode": "median"}, "mode"),
         ({"request_batch_size": 0}, "request_batch_size"),
+        ({"sigma_scale": 0.0}, "sigma_scale must be > 0"),
+        ({"sigma_scale": (0.1, float("nan"), 0.1)}, "sigma_scale must be > 0"),
+        ({"padding_mode": "edge"}, "padding_mode must be one of constant, reflect, replicate, circular"),
+        ({"cval": float("inf")}, "cval must be a finite number"),
     ],
 )
 def test_settings_are_validated_with_the_field_named(kwargs: dict, match: str) -> None:

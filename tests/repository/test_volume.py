@@ -53,8 +53,10 @@ def repo(model_files: dict[str, Path], tmp_path: Path) -> Path:
 def test_wrap_writes_a_python_model_beside_the_network(repo: Path, golden: Callable[[str, str], None]) -> None:
     folder = volume.wrap_network(repo, "unet")
     assert folder == repo / "unet_volume"
-    assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) == ["1", "1/model.py", "config.pbtxt"]
+    files = ["1", "1/model.py", "1/volume_settings.py", "config.pbtxt"]
+    assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) == files
     assert (folder / "1" / "model.py").read_bytes() == volume.RUNNER.read_bytes()
+    assert (folder / "1" / "volume_settings.py").read_bytes() == volume.RUNNER_SETTINGS.read_bytes()
     text = (folder / "config.pbtxt").read_text()
     golden("unet_volume", text)
     config = read_config(folder / "config.pbtxt", name="unet_volume")
@@ -171,6 +173,21 @@ def test_request_parameters_are_what_the_runner_reads_back_as_the_same_settings(
     )  # fmt: skip
     assert runner.settings_for(_wrapped(defaults={}), {}).inferer == "simple"
     assert runner.settings_for(_wrapped(), {"network_version": "2"}).network_version == 2
+    assert (defaults.sigma_scale, defaults.padding_mode, defaults.cval) == ((0.125,), "constant", 0.0)  # MONAI's
+
+
+def test_the_inferers_sigma_and_padding_travel_only_when_they_are_not_monais_defaults() -> None:
+    """A volume model wrapped before they travelled refuses unknown parameters: a default sends nothing new."""
+    assert set(request_parameters(InferenceSettings(roi_size=(16, 16, 16)))) == {
+        "inferer", "sw_batch_size", "overlap", "blend_mode", "roi_size"
+    }  # fmt: skip
+    settings = InferenceSettings(roi_size=(16, 16, 16), sigma_scale=[0.3, 0.125, 0.2], padding_mode="reflect",
+                                 cval=-1.5)  # fmt: skip
+    sent = request_parameters(settings)
+    assert (sent["sigma_scale"], sent["padding_mode"], sent["cval"]) == ("0.3,0.125,0.2", "reflect", "-1.5")
+    got = runner.settings_for(_wrapped(), sent)
+    assert (got.sigma_scale, got.padding_mode, got.cval) == ((0.3, 0.125, 0.2), "reflect", -1.5)
+    assert runner.settings_for(_wrapped(), request_parameters(InferenceSettings(sigma_scale=0.5))).sigma_scale == (0.5,)
 
 
 @pytest.mark.parametrize(
@@ -184,6 +201,10 @@ def test_request_parameters_are_what_the_runner_reads_back_as_the_same_settings(
         ({"blend_mode": "max"}, r"blend_mode='max': expected constant or gaussian"),
         ({"inferer": "patch"}, r"inferer='patch': expected sliding_window or simple"),
         ({"roi": "16"}, r"unknown request parameter\(s\) \['roi'\]; accepted: inferer, roi_size"),
+        ({"sigma_scale": "0"}, r"sigma_scale='0': expected a number > 0, or one per spatial dim"),
+        ({"sigma_scale": "0.1,0.2"}, r"sigma_scale='0.1,0.2': expected a number > 0, or one per spatial dim"),
+        ({"padding_mode": "edge"}, r"padding_mode='edge': expected constant, reflect, replicate or circular"),
+        ({"cval": "inf"}, r"cval='inf': expected a number"),
     ],
 )
 def test_bad_request_parameters_name_the_parameter_and_what_it_takes(parameters: dict[str, str], message: str) -> None:

@@ -11,7 +11,7 @@ exchange.py        one attempt: where its tensors go (slot or body), the blockin
 transports/        tritonclient gRPC (one thread-safe client) and HTTP (one client per worker thread), each
                    mapping its library's exceptions in one place; TLS and credentials; the tensor codec;
                    connect(): the transport for one endpoint
-shm/               system shared memory: regions (naming, cleanup at close/exit/SIGTERM/fork), the pool of
+shm/               system shared memory: regions (naming, cleanup at close/exit/fork), the pool of
                    slots and leases and the choice at open, the janitor process for a client that died
 
 and around them:

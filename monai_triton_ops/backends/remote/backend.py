@@ -43,6 +43,7 @@ from .fleet import FAILOVER, Fleet
 from .health import Server
 from .opening import Target, open_remote
 from .options import RemoteOptions
+from .protocol import run_line
 from .shm.region import live_regions
 from .transports.tls import check_tls_options
 from .volume import served_name
@@ -83,10 +84,6 @@ class Backoff:
         if deadline is not None and time.monotonic() + delay >= deadline:
             return None
         return delay
-
-
-#: The transport of each scheme, as the run line names it.
-_TRANSPORTS = {"grpc": "gRPC", "grpcs": "gRPC with TLS", "http": "HTTP", "https": "HTTPS"}
 
 
 class RemoteBackend(BaseBackend):
@@ -149,14 +146,14 @@ class RemoteBackend(BaseBackend):
         return "system" if exchange is not None and exchange.pool is not None else "none"
 
     def describe(self) -> str:
-        """The server, the transport, and where tensors go (and the whole-volume model, in volume mode)."""
+        """The server as its metadata names it, the transport, how tensors travel (and the whole-volume model, in
+        volume mode): ``protocol.run_line``."""
         if not self.urls:
             return super().describe()
-        scheme, _, host = self.urls[0].partition("://")
-        extra = ", system shared memory" if self.shared_memory == "system" else ", tensors in the request body"
-        if self.remote_options.mode == "volume":
-            extra += f", whole volume to {self.model_name!r}"
-        return f"{scheme} (remote Triton at {host} over {_TRANSPORTS.get(scheme, scheme)}{extra})"
+        fleet = self._fleet
+        described = [s.info for s in fleet.servers if s.checked] if fleet is not None else []
+        volume = self.model_name if self.remote_options.mode == "volume" else None
+        return run_line(self.urls[0], described, shared_memory=self.shared_memory == "system", volume_model=volume)
 
     def __repr__(self) -> str:
         return f"RemoteBackend(model={self.model_name!r}, url={self.url!r}, state={self._state.value})"

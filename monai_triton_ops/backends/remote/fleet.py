@@ -46,7 +46,7 @@ from .endpoints import Endpoint, Resolver, resolve
 from .health import Server, State
 from .members import Members
 from .options import RemoteOptions
-from .protocol import BINARY_TENSORS, Served, describe_model, mismatch
+from .protocol import Served, describe_model, mismatch
 from .transports.base import TransportSettings
 
 logger = logging.getLogger(__name__)
@@ -177,7 +177,7 @@ class Fleet(Members):
                 max_batch_size=self._options.max_batch_size,
             )
         server.info = served.server
-        server.transport.use_binary_tensors(served.server.has(BINARY_TENSORS))
+        server.transport.use_binary_tensors(served.server.binary_tensors)
         return served.signature
 
     def pick(self, tried: Counter[Server]) -> Server | None:

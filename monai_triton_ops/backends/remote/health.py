@@ -120,6 +120,9 @@ def probe(
             index = transport.repository_index(timeout_s=timeout_s)
         except CallError as exc:  # an Open Inference Protocol server has no repository index
             if exc.status in (Status.UNSUPPORTED, Status.NOT_FOUND):
+                # Its model metadata then says whether the model is there at all (KServe answers the HTTP
+                # readiness of a model it does not have with a bare 404, over gRPC with NOT_FOUND).
+                transport.model_metadata(model, _version(version), timeout_s=timeout_s)
                 return Probe(Reason.NOT_READY, "the server has no repository index to say why")
             raise
         state = never_ready(index, model, version, address.label)

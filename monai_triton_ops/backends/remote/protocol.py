@@ -9,7 +9,11 @@ its server metadata lists (``extensions``) and this backend uses when they are t
     system_shared_memory  tensors through this host's shared memory (shared_memory=auto/system)
     statistics            backend.statistics()
 
-Without ``model_configuration`` (MLServer lists no extension at all) the signature comes from the standard
+KServe's own model server lists none of them, yet takes binary HTTP tensors since 0.14 (the
+``inference-header-content-length`` header): :data:`UNLISTED_BINARY` names such servers, and
+:attr:`ServerInfo.binary_tensors` is the one answer to "binary or JSON over HTTP" (MLServer refuses binary ones).
+
+Without ``model_configuration`` (MLServer and KServe list no such extension) the signature comes from the standard
 model-metadata endpoint: tensor names, datatypes and shapes. What that endpoint does not say comes from:
 
     max_batch_size    the ``max_batch_size`` option, else the caller's local ``<repository>/<model>/config.pbtxt``,
@@ -30,8 +34,10 @@ servers of a fleet).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from ...errors import ConfigError
@@ -60,6 +66,14 @@ class ServerInfo:
     def has(self, extension: str) -> bool:
         return extension in self.extensions
 
+    @property
+    def binary_tensors(self) -> bool:
+        """Whether its HTTP bodies may carry tensors as binary: the extension listed, or a server known to take them."""
+        if self.has(BINARY_TENSORS):
+            return True
+        since = UNLISTED_BINARY.get(self.name)
+        return since is not None and _release(self.version) >= since
+
     def __str__(self) -> str:
         return f"{self.name} {self.version}".strip() or "an unnamed server"
 
@@ -67,6 +81,22 @@ class ServerInfo:
         """The sentence errors use for a missing extension."""
         listed = ", ".join(sorted(self.extensions)) or "none"
         return f"the server ({self}) does not have the {extension} extension (it lists: {listed})"
+
+
+#: Servers that take binary HTTP tensors without listing the extension: name -> first release that does. KServe's
+#: model server decodes them since 0.14 (0.13 has no ``inference-header-content-length``); tested with 0.21.
+UNLISTED_BINARY: Mapping[str, tuple[int, ...]] = MappingProxyType({"kserve": (0, 14)})
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """``"0.21.0"`` as ``(0, 21, 0)``; the numeric head of each part (``"0rc1"`` is 0); ``()`` if none."""
+    numbers = []
+    for part in version.split("."):
+        digits = part[: len(part) - len(part.lstrip("0123456789"))]
+        if not digits:
+            break
+        numbers.append(int(digits))
+    return tuple(numbers)
 
 
 #: What a server that answers no server metadata is taken to be: the base protocol, no extension.
@@ -123,7 +153,7 @@ def describe_model(
         transport.url,
         server,
         signature.max_batch_size,
-        "as JSON numbers over HTTP" if not server.has(BINARY_TENSORS) else "binary",
+        "binary" if server.binary_tensors else "as JSON numbers over HTTP",
     )
     return Served(signature, server)
 
@@ -233,6 +263,35 @@ def _agreed(theirs: TensorSpec, mine: TensorSpec) -> TensorSpec | None:
 
 def _listing(specs: tuple[TensorSpec, ...]) -> str:
     return str([(s.name, s.dtype, list(s.shape)) for s in specs])
+
+
+# -- the run line -----------------------------------------------------------------------------------------
+#: The transport of each scheme, as the run line names it.
+TRANSPORTS: Mapping[str, str] = MappingProxyType(
+    {"grpc": "gRPC", "grpcs": "gRPC with TLS", "http": "HTTP", "https": "HTTPS"}
+)
+
+
+def run_line(url: str, servers: Sequence[ServerInfo], *, shared_memory: bool, volume_model: str | None) -> str:
+    """How the run line names a remote backend: ``grpc (triton 2.51.0 at HOST:PORT over gRPC, binary tensors)``.
+
+    ``servers`` are the ones described so far (their server metadata: name and version); how tensors travel is
+    said once it is known: system shared memory; else binary over gRPC, and over HTTP binary or JSON as each
+    server takes them (:attr:`ServerInfo.binary_tensors`). Before any server is described (not open yet, or a
+    fallback running while none is ready) it says "remote server" and nothing of tensors.
+    """
+    scheme, _, host = url.partition("://")
+    names = sorted({str(s) for s in servers if s != UNKNOWN_SERVER})
+    parts = [f"{', '.join(names) or 'remote server'} at {host} over {TRANSPORTS.get(scheme, scheme)}"]
+    if shared_memory:
+        parts.append("system shared memory")
+    elif servers:
+        binary = {scheme.startswith("grpc") or s.binary_tensors for s in servers}
+        ways = {True: "binary tensors", False: "JSON tensors"}
+        parts.append(ways[binary.pop()] if len(binary) == 1 else "binary or JSON tensors, as each server takes them")
+    if volume_model is not None:
+        parts.append(f"whole volume to {volume_model!r}")
+    return f"{scheme} ({', '.join(parts)})"
 
 
 # -- a Triton server's model configuration, and comparing signatures ------------------------------------

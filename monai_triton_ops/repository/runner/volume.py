@@ -1,18 +1,19 @@
 """Whole-volume runner for the Triton Python backend; copied verbatim to ``<repo>/<name>_volume/1/model.py``.
 
-``monai-triton repo wrap`` (or ``repo build --whole-volume``) puts it next to a network's model. It
-takes a whole pre-processed volume, runs MONAI's sliding-window inferer here, beside the server, and
-calls the network model for each group of windows through BLS, so the network keeps Triton's dynamic
-batching and may be a ``pytorch_libtorch`` model on a GPU. The volume crosses the network once and
-the label map (uint8) comes back, instead of every window and every window's scores.
+``monai-triton repo wrap`` (or ``repo build --whole-volume``) puts it next to a network's model, with
+``volume_settings.py`` beside it. It takes a whole pre-processed volume, runs MONAI's sliding-window
+inferer here, beside the server, and calls the network model for each group of windows through BLS, so
+the network keeps Triton's dynamic batching and may be a ``pytorch_libtorch`` model on a GPU. The
+volume crosses the network once and the label map (uint8) comes back, instead of every window and
+every window's scores.
 
 What it wraps is in the config's ``monai_metadata`` parameter: the ``whole_volume`` block (network
 name, tensor names, channels, limits) and the network's ``inference`` block (the sliding-window
-defaults). Each request may override those through Triton request parameters (``roi_size``,
-``sw_batch_size``, ``overlap``, ``blend_mode``, ``request_batch_size``, ``inferer``,
-``network_version``); unknown or bad ones are refused (``INVALID_ARG``) with the accepted values.
-Windows are grouped into network requests exactly as the client's ``Predictor`` groups them in
-window mode, so both modes compute the same windows with the same arithmetic.
+defaults). Each request may override those, and set every argument of MONAI's ``SlidingWindowInferer``
+that changes the result (``sigma_scale``, ``padding_mode``, ``cval``), through Triton request parameters
+(``volume_settings.py`` reads and checks them). Windows are grouped into network requests exactly as the
+client's ``Predictor`` groups them in window mode, so both modes compute the same windows with the same
+arithmetic.
 
 Tensors cross the Triton boundary by DLPack only: the 2.51 stub is built against numpy 1.x, and with
 numpy 2 ``pb_utils.Tensor(name, ndarray)`` and ``.as_numpy()`` silently carry 0 bytes. The file needs
@@ -23,198 +24,46 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.utils.dlpack
+
+try:  # in this package (its pure parts tested without Triton)
+    from .volume_settings import PARAMETERS, Cancelled, RequestError, Settings, Wrapped, check_volume, settings_for
+except ImportError:  # as model.py in Triton's version folder, with volume_settings.py beside it
+    from volume_settings import (  # type: ignore[import-not-found,no-redef]
+        PARAMETERS,
+        Cancelled,
+        RequestError,
+        Settings,
+        Wrapped,
+        check_volume,
+        settings_for,
+    )
 
 try:
     import triton_python_backend_utils as pb_utils  # type: ignore[import-not-found]
 except ImportError:  # imported outside Triton, e.g. to test the pure helpers below
     pb_utils = None
 
-METADATA_PARAMETER = "monai_metadata"
-VOLUME_KEY = "whole_volume"
-#: Request parameters this model reads, and what each must be.
-PARAMETERS = {
-    "inferer": "sliding_window or simple",
-    "roi_size": "positive integers, one per spatial dim (e.g. 96,96,96)",
-    "sw_batch_size": "an integer >= 1",
-    "overlap": "a number in [0, 1)",
-    "blend_mode": "constant or gaussian",
-    "request_batch_size": "an integer >= 1 (windows per network request)",
-    "network_version": "an integer >= 1 (the network model's version; default: the server's choice)",
-}
-_MB = 1 << 20
-
-
-class RequestError(ValueError):
-    """The request cannot be served as given: Triton's ``INVALID_ARG``, the message names what and why."""
-
-
-class Cancelled(Exception):
-    """The client gave up on the request (deadline, cancel): the remaining windows are not computed."""
-
-
-@dataclass(frozen=True)
-class Wrapped:
-    """What this model wraps, from its config (written by ``monai-triton repo wrap``)."""
-
-    name: str
-    network: str
-    input: str
-    output: str
-    labels: str
-    channels: int | None
-    spatial_rank: int
-    batch_axis: bool
-    network_max_batch_size: int
-    max_volume_mb: int
-    max_in_flight: int
-    defaults: Mapping[str, Any]
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> Wrapped:
-        name = str(config["name"])
-        raw = config.get("parameters", {}).get(METADATA_PARAMETER, {}).get("string_value", "")
-        metadata = json.loads(raw) if raw else {}
-        block = metadata.get(VOLUME_KEY)
-        if not isinstance(block, Mapping):
-            raise ValueError(
-                f"model '{name}': parameter {METADATA_PARAMETER!r} has no {VOLUME_KEY!r} block; "
-                "write the model with 'monai-triton repo wrap'"
-            )
-        inference = metadata.get("inference")
-        return cls(
-            name=name,
-            network=str(block["network"]),
-            input=str(block["input"]),
-            output=str(block["output"]),
-            labels=str(block["labels"]),
-            channels=None if block.get("channels") is None else int(block["channels"]),
-            spatial_rank=int(block["spatial_rank"]),
-            batch_axis=bool(block.get("batch_axis", True)),
-            network_max_batch_size=int(block.get("network_max_batch_size", 0)),
-            max_volume_mb=int(block["max_volume_mb"]),
-            max_in_flight=max(1, int(block.get("max_in_flight", 2))),
-            defaults=dict(inference) if isinstance(inference, Mapping) else {},
-        )
-
-
-@dataclass(frozen=True)
-class Settings:
-    """How one volume is cut into windows; the same fields as the client's ``InferenceSettings``."""
-
-    inferer: str
-    roi_size: tuple[int, ...] | None
-    sw_batch_size: int
-    overlap: float
-    blend_mode: str
-    request_batch_size: int | None
-    network_version: int | None
-
-
-def settings_for(model: Wrapped, parameters: Mapping[str, Any]) -> Settings:
-    """The request's settings: its parameters over the network's ``inference`` metadata, checked."""
-    unknown = sorted(set(parameters) - set(PARAMETERS))
-    if unknown:
-        raise RequestError(
-            f"model '{model.name}': unknown request parameter(s) {unknown}; accepted: {', '.join(PARAMETERS)}"
-        )
-    defaults = model.defaults
-
-    def given(key: str, default_key: str | None = None) -> Any:
-        if key in parameters:
-            return parameters[key]
-        return defaults.get(default_key or key)
-
-    roi = given("roi_size")
-    roi_size = None if roi is None else _sizes(model, roi, model.spatial_rank)
-    inferer = str(given("inferer") or ("sliding_window" if roi_size else "simple")).strip().lower()
-    if inferer not in ("sliding_window", "simple"):
-        raise _bad(model, "inferer", given("inferer"))
-    if inferer == "sliding_window" and roi_size is None:
-        raise RequestError(
-            f"model '{model.name}': the sliding window needs roi_size (request parameter 'roi_size'); the "
-            "network's metadata gives none"
-        )
-    overlap = _number(model, "overlap", given("overlap"), 0.25)
-    if not 0.0 <= overlap < 1.0:
-        raise _bad(model, "overlap", given("overlap"))
-    blend = str(given("blend_mode", "mode") or "constant").strip().lower()
-    if blend not in ("constant", "gaussian"):
-        raise _bad(model, "blend_mode", given("blend_mode", "mode"))
-    request_batch = given("request_batch_size")
-    version = parameters.get("network_version")
-    return Settings(
-        inferer=inferer,
-        roi_size=roi_size,
-        sw_batch_size=_count(model, "sw_batch_size", given("sw_batch_size") or 1),
-        overlap=overlap,
-        blend_mode=blend,
-        request_batch_size=None if request_batch is None else _count(model, "request_batch_size", request_batch),
-        network_version=None if version in (None, "", -1, "-1") else _count(model, "network_version", version),
-    )
-
-
-def _bad(model: Wrapped, key: str, value: Any) -> RequestError:
-    return RequestError(f"model '{model.name}': request parameter {key}={value!r}: expected {PARAMETERS[key]}")
-
-
-def _sizes(model: Wrapped, value: Any, rank: int) -> tuple[int, ...]:
-    items = value.replace("x", ",").split(",") if isinstance(value, str) else value
-    try:
-        sizes = tuple(int(str(s).strip()) for s in items)
-    except (TypeError, ValueError) as exc:
-        raise _bad(model, "roi_size", value) from exc
-    if len(sizes) != rank or any(s < 1 for s in sizes):
-        raise RequestError(
-            f"model '{model.name}': request parameter roi_size={value!r}: expected {rank} positive sizes, "
-            f"one per spatial dim"
-        )
-    return sizes
-
-
-def _number(model: Wrapped, key: str, value: Any, default: float) -> float:
-    if value is None:
-        return default
-    try:
-        number = float(value)
-    except (TypeError, ValueError) as exc:
-        raise _bad(model, key, value) from exc
-    if isinstance(value, bool) or not math.isfinite(number):
-        raise _bad(model, key, value)
-    return number
-
-
-def _count(model: Wrapped, key: str, value: Any) -> int:
-    try:
-        number = int(str(value).strip())
-    except (TypeError, ValueError) as exc:
-        raise _bad(model, key, value) from exc
-    if isinstance(value, bool) or number < 1:
-        raise _bad(model, key, value)
-    return number
-
-
-def check_volume(model: Wrapped, image: torch.Tensor) -> None:
-    """Refuse a volume over the model's limit, before any memory is spent on it (``max_volume_mb``)."""
-    megabytes = image.numel() * image.element_size() / _MB
-    if megabytes > model.max_volume_mb:
-        raise RequestError(
-            f"model '{model.name}' input '{model.input}': the volume of shape {list(image.shape)} holds "
-            f"{megabytes:.2f} MB, over this model's limit of {model.max_volume_mb} MB (max_volume_mb; raise it "
-            f"with 'monai-triton repo wrap REPO --name {model.network} --max-volume-mb N --force' on a server with "
-            "the memory for it)"
-        )
-    if image.dim() != model.spatial_rank + 2:
-        raise RequestError(
-            f"model '{model.name}' input '{model.input}': expected (batch, channels, {model.spatial_rank} spatial "
-            f"dims), got shape {list(image.shape)}"
-        )
+__all__ = [
+    "PARAMETERS",
+    "Cancelled",
+    "RequestError",
+    "Settings",
+    "TritonPythonModel",
+    "Wrapped",
+    "accepted_parameters",
+    "blend",
+    "check_volume",
+    "labels_of",
+    "request_sizes",
+    "settings_for",
+    "window_predictor",
+]
 
 
 def request_sizes(windows: int, settings: Settings, model: Wrapped) -> list[int]:
@@ -271,6 +120,9 @@ def blend(image: torch.Tensor, settings: Settings, predictor: Infer) -> torch.Te
             sw_batch_size=settings.sw_batch_size,
             overlap=settings.overlap,
             mode=settings.blend_mode,
+            sigma_scale=settings.sigma_scale[0] if len(settings.sigma_scale) == 1 else settings.sigma_scale,
+            padding_mode=settings.padding_mode,
+            cval=settings.cval,
         )
         result = inferer(image, predictor)
     if not isinstance(result, torch.Tensor):

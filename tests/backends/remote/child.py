@@ -1,6 +1,12 @@
-"""A client process for the multi-process tests: ``python -m tests.backends.remote.child MODE SPEC MODEL``.
+"""A client process for the multi-process tests: ``python -m tests.backends.remote.child MODE SPEC MODEL [OPTIONS]``.
 
-``loop``   open, print ``ready <regions>``, then infer until killed (the SIGTERM test)
+``OPTIONS`` is a JSON object of backend options (TLS files, ``env:`` references to keys), default none.
+
+``loop``   open, print ``ready default <regions>``, then infer until killed (the SIGTERM test)
+``hold``   open, infer, print ``ready <regions>``, then wait for stdin to end (killed first: the SIGKILL test)
+``host-before`` / ``host-after``  a host program's own SIGTERM handler (prints ``host handler ran``, then
+           ``os._exit(7)``: no cleanup of ours runs), installed before or after the backend opens; prints
+           ``ready <handler> <regions>`` (whose handler SIGTERM has then: host, default) and infers until killed
 ``run``    open, 200 exact requests, print ``regions <names>``, close
 ``fork``   open, infer, fork: the child opens its own backend and infers, the parent infers again after it
 ``stuck``  open, infer, then close while every unregister call fails (the server refusing "in use", which a
@@ -11,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 
 import numpy as np
@@ -20,17 +27,35 @@ from monai_triton_ops.backends.remote.shm import region as shm
 
 
 def _check(backend, value: float) -> None:  # type: ignore[no-untyped-def]
-    x = np.full(64, value, np.float32)
+    rank = len(backend.signature.inputs[0].shape)  # an identity model of one or two dims
+    x = np.full((1,) * (rank - 1) + (64,), value, np.float32)
     out = backend.infer({"INPUT__0": x})["OUTPUT__0"]
     if not np.array_equal(out, x):
         raise SystemExit(f"wrong result for {value}")
 
 
-def main(mode: str, spec: str, model: str) -> int:
-    backend = create_backend(spec, model).open()
+def _host_handler(signum: int, frame: object) -> None:
+    print("host handler ran", flush=True)
+    os._exit(7)
+
+
+def main(mode: str, spec: str, model: str, options: str = "{}") -> int:
+    if mode == "host-before":
+        signal.signal(signal.SIGTERM, _host_handler)
+    backend = create_backend(spec, model, **json.loads(options)).open()
     _check(backend, 1.0)
-    if mode == "loop":
+    if mode == "host-after":
+        unchanged = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        signal.signal(signal.SIGTERM, _host_handler)
+        print("default before the host's" if unchanged else "changed by the library", flush=True)
+    if mode == "hold":
         print("ready", json.dumps(shm.live_regions()), flush=True)
+        sys.stdin.read()
+        return 0
+    if mode in ("loop", "host-before", "host-after"):
+        handler = signal.getsignal(signal.SIGTERM)
+        who = "host" if handler is _host_handler else "default" if handler is signal.SIG_DFL else repr(handler)
+        print("ready", who, json.dumps(shm.live_regions()), flush=True)
         i = 0
         while True:
             i += 1
@@ -73,4 +98,4 @@ def main(mode: str, spec: str, model: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:4]))
+    sys.exit(main(*sys.argv[1:5]))

@@ -15,24 +15,21 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from monai_triton_ops.packaging.rootfs import cache_dir
 from monai_triton_ops.server.ports import pick_free_ports
-from monai_triton_ops.server.process import die_with_parent
+
+from . import peers
 
 VERSION = "1.7.1"
 INSTALL_TIMEOUT_S = 900.0
@@ -169,51 +166,16 @@ def running(folder: Path) -> Iterator[MLServer]:
     }
     (folder / "settings.json").write_text(json.dumps(settings))
     log = folder / "mlserver.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            [str(program), "start", str(folder)],
-            cwd=folder,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-            preexec_fn=die_with_parent(),  # the kernel ends it with the test process
-        )
+    process = peers.start([str(program), "start", str(folder)], cwd=folder, log=log)
     server = MLServer(http_port, grpc_port, log)
+    paths = ["/v2/health/ready", *(f"/v2/models/{name}/ready" for name in MODELS)]
     try:
-        _wait_ready(server, process)
+        ready = partial(_answers, server.http_url, paths)
+        peers.wait_until(ready, process, name="MLServer", log=server.log, timeout_s=START_TIMEOUT_S)
         yield server
     finally:
-        _stop(process)
+        peers.stop(process)
 
 
-def _wait_ready(server: MLServer, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    paths = ["/v2/health/ready", *(f"/v2/models/{name}/ready" for name in MODELS)]
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"MLServer exited with {process.returncode}:\n{server.log.read_text()[-3000:]}")
-        if all(_ok(server.http_url + path) for path in paths):
-            return
-        time.sleep(0.2)
-    raise RuntimeError(f"MLServer not ready within {START_TIMEOUT_S:g} s:\n{server.log.read_text()[-3000:]}")
-
-
-def _ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return int(response.status) == 200
-    except (urllib.error.URLError, OSError):
-        return False
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGINT)
-    try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=15)
+def _answers(base: str, paths: list[str]) -> bool:
+    return all(peers.ok(base + path) for path in paths)

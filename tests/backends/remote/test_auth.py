@@ -10,11 +10,14 @@ here (``certs.py``). Secrets come from environment variables and files, as a dep
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import secrets
 import socket
 import ssl
+import subprocess
+import sys
 import threading
 import traceback
 from collections.abc import Iterator
@@ -24,8 +27,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+import tritonclient.http as httpclient
 
 from monai_triton_ops import create_backend
+from monai_triton_ops.backends.remote.shm import region as shm
 from monai_triton_ops.backends.remote.transports.base import TransportSettings
 from monai_triton_ops.errors import ConfigError, MonaiTritonError
 from monai_triton_ops.server import LocalTritonServer, TritonInstall
@@ -36,6 +41,7 @@ from . import certs, proxy
 from .conftest import Open, serve
 
 pytestmark = pytest.mark.triton
+ROOT = Path(__file__).resolve().parents[3]
 MODEL = "ident"
 KEY_HEADER = "admin-key"
 TOKEN_ENV, KEY_ENV = "MTO_TEST_TRITON_TOKEN", "MTO_TEST_TRITON_ADMIN_KEY"
@@ -290,6 +296,72 @@ def test_a_server_of_a_tls_fleet_whose_certificate_is_not_trusted_fails_the_open
             open_backend(spec, MODEL, **mutual(pki))
     assert str(info.value).startswith(f"grpcs://127.0.0.1:{port}: "), info.value
     assert str(pki.ca.pem) in str(info.value)
+
+
+# -- shared memory of a client that was killed: the janitor speaks as the client did ---------------------
+def _registered(server: LocalTritonServer, key: str, pid: int) -> list[str]:
+    """Regions of process ``pid`` the server still holds (asked over HTTP, with the restricted key)."""
+    client = httpclient.InferenceServerClient(server.http_address, connection_timeout=10, network_timeout=10)
+    try:
+        regions = client.get_system_shared_memory_status(headers={KEY_HEADER: key})
+    finally:
+        client.close()
+    return sorted(r["name"] for r in regions if r["name"].startswith(f"{shm.PREFIX}{pid}_"))
+
+
+def _janitor_command_line(pid: int) -> str:
+    """The command line of the janitor watching process ``pid`` (what ``ps`` shows of it)."""
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            words = (entry / "cmdline").read_bytes().decode().split("\0")
+            if any(w.endswith("janitor.py") for w in words) and str(pid) in words:
+                return " ".join(words)
+    raise AssertionError(f"no janitor watches process {pid}")
+
+
+@pytest.mark.parametrize("scheme", ["grpcs", "https"])
+def test_the_regions_of_a_killed_client_are_unregistered_with_its_tls_and_keys(
+    server: LocalTritonServer, nginx: proxy.Proxy, pki: Pki, secret_values: Secrets, scheme: str
+) -> None:
+    """SIGKILL leaves no cleanup of the client's own: its janitor unregisters the regions on a server that takes
+    only the client's credentials (gRPC: mutual TLS and the restricted key; HTTPS through nginx: the CA, the
+    bearer token and the key of Triton's restricted shared-memory API), then unlinks them. The secrets reach the
+    janitor on its pipe, never on its command line."""
+    if scheme == "grpcs":
+        url, options = grpcs(server), mutual(pki)
+    else:
+        url = nginx.https_url
+        options = {
+            "root_certificates": pki.ca.pem,
+            "auth_token": f"env:{TOKEN_ENV}",
+            "restricted_keys": (f"{KEY_HEADER}=env:{KEY_ENV}",),
+        }
+    options = {k: v if isinstance(v, tuple | str) else str(v) for k, v in options.items()}
+    command = [sys.executable, "-m", "tests.backends.remote.child", "hold", f"{url}?shared_memory=system", MODEL]
+    child = subprocess.Popen(
+        [*command, json.dumps(options)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        assert line.startswith("ready"), line
+        regions = json.loads(line.split(" ", 1)[1])
+        assert regions
+        assert _registered(server, secret_values.key, child.pid) == regions
+        janitor = _janitor_command_line(child.pid)
+        for text in (secret_values.key, secret_values.token, str(pki.client.key), "-----BEGIN"):
+            assert text not in janitor
+        child.kill()
+        child.wait(timeout=30)
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+
+    def gone() -> bool:
+        files = list(shm.SHM_DIR.glob(f"{shm.PREFIX}{child.pid}_*"))
+        return not files and not _registered(server, secret_values.key, child.pid)
+
+    assert wait_until(gone, timeout_s=60), _registered(server, secret_values.key, child.pid)
 
 
 # -- secrets stay secret ----------------------------------------------------------------------------

@@ -5,6 +5,7 @@ The same paths against real servers (Triton's mutual TLS, its restricted protoco
 
 from __future__ import annotations
 
+import os
 import secrets
 from pathlib import Path
 from typing import Any
@@ -166,3 +167,55 @@ def test_only_values_read_are_remembered_for_redaction() -> None:
     read_secret("auth_token", "env:MTO_UNIT_THERE", {"MTO_UNIT_THERE": "remembered-value"})
     assert credentials._in_use == before | {"remembered-value"}
     assert Secret("x", "env:A") == Secret("y", "env:A")  # a secret's value takes no part in comparisons either
+
+
+def test_the_janitor_gets_the_clients_material_and_headers_and_shows_none_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the pool hands the shared-memory janitor (on its pipe): the PEM bytes and every header, values included,
+    through one line of text; its repr names the URL only. An HTTPS client certificate loads from a temporary file
+    (mkstemp: 0600) that is gone once loaded (ssl reads certificates from files only). Real servers: test_auth.py."""
+    from monai_triton_ops.backends.remote.endpoints import Endpoint
+    from monai_triton_ops.backends.remote.shm import janitor
+    from monai_triton_ops.backends.remote.shm.pool import janitor_access
+    from monai_triton_ops.backends.remote.transports.base import TransportSettings
+    from monai_triton_ops.backends.remote.transports.grpc import GrpcTransport
+
+    ca = authority(tmp_path, "ca")
+    pair = ca.issue(tmp_path, "client", server=False)
+    key = secrets.token_hex(8)
+    given = options(
+        root_certificates=ca.pem,
+        client_certificate=pair.cert,
+        client_key=pair.key,
+        auth_token=TOKEN_REFERENCE,
+        restricted_keys=("admin-key=env:MTO_KEY",),
+    )
+    creds = load_credentials(given, {"MTO_TOKEN": "the-token", "MTO_KEY": key})
+    transport = GrpcTransport(Endpoint.parse("grpcs://127.0.0.1:1"), TransportSettings(credentials=creds))
+    try:  # a channel connects at its first call: none is made
+        access = janitor_access(transport)
+    finally:
+        transport.close()
+    assert janitor.ServerAccess.decode(access.encode()) == access
+    assert "\n" not in access.encode()
+    assert access.url == "grpcs://127.0.0.1:1"
+    assert dict(access.headers) == {"authorization": "Bearer the-token", "triton-grpc-protocol-admin-key": key}
+    assert access.client_key == pair.key.read_bytes()
+    for hidden in (key, "the-token", "PRIVATE KEY"):
+        assert hidden not in repr(access)
+    made: list[str] = []
+    real_mkstemp = janitor.tempfile.mkstemp
+
+    def mkstemp(**kwargs: Any) -> tuple[int, str]:  # the real one, its file's mode and path noted
+        fd, path = real_mkstemp(**kwargs)
+        made.append(f"{os.stat(path).st_mode & 0o777:o} {path}")
+        return fd, path
+
+    monkeypatch.setattr(janitor.tempfile, "mkstemp", mkstemp)
+    context = janitor._http_context_factory(access)()
+    assert context.verify_mode.name == "CERT_REQUIRED"
+    assert len(made) == 1
+    mode, path = made[0].split(" ", 1)
+    assert mode == "600"
+    assert not os.path.exists(path)  # the key's temporary file went once loaded

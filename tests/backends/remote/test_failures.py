@@ -16,7 +16,12 @@ import pytest
 
 from monai_triton_ops import create_backend
 from monai_triton_ops.backends.remote.shm.pool import LEASE_CAP_SLOTS
-from monai_triton_ops.errors import InferenceError, InferenceTimeoutError, ServerUnavailableError
+from monai_triton_ops.errors import (
+    InferenceError,
+    InferenceTimeoutError,
+    ServerInternalError,
+    ServerUnavailableError,
+)
 from monai_triton_ops.server import LocalTritonServer, TritonInstall
 
 from ... import triton_models
@@ -80,7 +85,9 @@ def test_a_model_error_is_returned_once_never_retried(
 ) -> None:
     backend = open_backend(f"{url(server, scheme)}?retries=5", "raising")
     before = _executions(backend)
-    with pytest.raises(InferenceError, match=r"model 'raising' on .*: internal error: deliberate model error"):
+    with pytest.raises(
+        ServerInternalError, match=r"model 'raising' on .*: the server failed .*: deliberate model error"
+    ):
         backend.infer({"INPUT__0": _ones()})
     assert _executions(backend) - before == 1
 

@@ -6,6 +6,7 @@ output, a value-dependent output size, and the numpy-2 guard.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -67,6 +68,9 @@ def test_mixed_dtypes_round_trip_exactly_numpy_and_torch(
 ) -> None:
     backend = open_backend(_spec(server, scheme, memory), "mixed")
     assert backend.shared_memory == memory
+    how = "system shared memory" if memory == "system" else "binary tensors"  # the run line: server and way
+    over = {"grpc": "gRPC", "http": "HTTP"}[scheme]
+    assert re.fullmatch(rf"{scheme} \(triton 2\.\d+\.\d+ at 127\.0\.0\.1:\d+ over {over}, {how}\)", backend.describe())
     for seed in range(3):  # the first request learns output sizes; the next ones put outputs in the slot too
         arrays = _mixed(seed)
         out = backend.infer(arrays)

@@ -64,6 +64,9 @@ def test_opens_on_the_model_metadata_and_infers_exactly(
     assert backend.shared_memory == "none"  # MLServer has no shared memory: not even tried, no warning
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert "signature from its model metadata" in caplog.text
+    how = "binary" if scheme == "grpc" else "JSON"  # MLServer lists no binary tensor extension, and refuses them
+    host, over = mlserver.url(scheme).split("://")[1], {"grpc": "gRPC", "http": "HTTP"}[scheme]
+    assert backend.describe() == f"{scheme} (mlserver 1.7.1 at {host} over {over}, {how} tensors)"
     volume = _volume()
     np.testing.assert_array_equal(backend.infer({"INPUT__0": volume})["OUTPUT__0"], volume * 2)  # HTTP: JSON
     tensor = backend(torch.from_numpy(_volume(seed=1)))

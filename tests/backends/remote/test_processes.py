@@ -1,4 +1,5 @@
-"""Shared memory across processes: unique names, no attach to a foreign key, SIGTERM and fork leave nothing behind."""
+"""Shared memory across processes: unique names, no attach to a foreign key; SIGTERM (no handler of ours, or the host's
+own), a refused unregister and fork leave nothing behind."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from monai_triton_ops.backends.remote.shm import region as shm
 from monai_triton_ops.server import LocalTritonServer, TritonInstall
 
 from ... import triton_models
+from ...server.conftest import wait_until
 from .conftest import Open, registered_by_us, serve
 
 pytestmark = pytest.mark.triton
@@ -40,27 +42,68 @@ def _files_of(pid: int) -> list[str]:
     return sorted(p.name for p in shm.SHM_DIR.glob(f"{shm.PREFIX}{pid}_*"))
 
 
+def _gone(server: LocalTritonServer, pid: int) -> bool:
+    """Neither a file in /dev/shm nor a registration on the server is left of process ``pid``'s regions."""
+    return not _files_of(pid) and not registered_by_us(server, pid)
+
+
+def _ready(child: subprocess.Popen[str]) -> tuple[str, list[str]]:
+    """The child's ``ready <handler> <regions>`` line: whose SIGTERM handler it has, and the regions it holds."""
+    assert child.stdout is not None
+    line = child.stdout.readline()
+    assert line.startswith("ready"), child.stderr.read() if child.stderr else line
+    _, who, regions = line.split(" ", 2)
+    return who, json.loads(regions)
+
+
 @pytest.mark.parametrize("scheme", ["grpc", "http"])
 def test_sigterm_mid_run_leaves_no_region_in_dev_shm_or_on_the_server(server: LocalTritonServer, scheme: str) -> None:
+    """No handler of ours: the process dies of SIGTERM as it would without the library, and the janitor removes
+    its regions (one still "in use" by the cut-off request once the server lets go, within the janitor's 30 s)."""
     spec = (server.grpc_url if scheme == "grpc" else server.http_url) + "?shared_memory=system"
     child = _child("loop", spec)
     try:
-        assert child.stdout is not None
-        line = child.stdout.readline()
-        assert line.startswith("ready"), child.stderr.read() if child.stderr else line
-        assert json.loads(line.split(" ", 1)[1])  # it holds a region while it runs
+        who, regions = _ready(child)
+        assert who == "default"  # the library installed no SIGTERM handler
+        assert regions  # it holds a region while it runs
         child.send_signal(signal.SIGTERM)
-        assert child.wait(timeout=60) == -signal.SIGTERM  # dies of SIGTERM, as without our handler
+        assert child.wait(timeout=60) == -signal.SIGTERM
     finally:
         child.kill()
         child.wait(timeout=30)
-    assert not _files_of(child.pid)
-    # A region the dying process could not unregister (its last request still ran) is the janitor's: it
-    # unregisters it once the server lets go, within its 30 s.
-    deadline = time.monotonic() + 40
-    while registered_by_us(server, child.pid) and time.monotonic() < deadline:
-        time.sleep(0.25)
-    assert not registered_by_us(server, child.pid)
+    assert wait_until(lambda: _gone(server, child.pid), timeout_s=40), (_files_of(child.pid), registered_by_us(server))
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_host_programs_own_sigterm_handler_runs_and_the_janitor_removes_the_regions(
+    server: LocalTritonServer, when: str
+) -> None:
+    """A program embedding a backend keeps its SIGTERM handler, set before or after the backend opens; it ends
+    the process with ``os._exit`` (no cleanup of ours runs) and the janitor removes the regions."""
+    child = _child(f"host-{when}", f"{server.grpc_url}?shared_memory=system")
+    try:
+        assert child.stdout is not None
+        if when == "after":
+            assert child.stdout.readline().strip() == "default before the host's"  # nothing of ours to replace
+        who, regions = _ready(child)
+        assert who == "host"
+        assert regions
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=60) == 7
+        assert child.stdout.read().strip() == "host handler ran"
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+    assert wait_until(lambda: _gone(server, child.pid), timeout_s=40), (_files_of(child.pid), registered_by_us(server))
+
+
+def test_opening_a_backend_installs_no_signal_handler(server: LocalTritonServer, open_backend: Open) -> None:
+    before = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    backend = open_backend(f"{server.grpc_url}?shared_memory=system", "ident")
+    x = np.arange(64, dtype=np.float32)
+    np.testing.assert_array_equal(backend.infer({"INPUT__0": x})["OUTPUT__0"], x)
+    assert shm.live_regions()
+    assert {number: signal.getsignal(number) for number in before} == before
 
 
 @pytest.mark.parametrize("scheme", ["grpc", "http"])

@@ -1,28 +1,46 @@
 """A watcher process that unregisters and unlinks this process's shared memory regions once it is gone, however.
 
-``atexit`` and a SIGTERM handler cover a Python exit; they do not cover SIGKILL, an exit from C++
-(Holoscan handles SIGTERM itself and then leaves with ``exit()`` after its 3-second grace, so Python's
-``atexit`` never runs) or a handler installed outside Python. So the first region a process creates
-also starts this janitor: a small Python process in its own session (a signal to the app's process
-group does not reach it) that reads ``add NAME URL`` / ``drop NAME`` lines on a pipe. When the pipe
-ends (the client exited, whatever way), it unregisters what is still listed on its server (2 s each)
-and unlinks it, then exits.
+``atexit`` covers a Python exit; it does not cover a signal's default action (SIGTERM with no handler:
+the library installs none, see ``interrupts.py``), SIGKILL, an exit from C++ (Holoscan handles SIGTERM
+itself and then leaves with ``exit()`` after its 3-second grace) or a host program's own handler that
+ends the process with ``os._exit``. So the first region a process registers also starts this janitor: a
+small Python process in its own session (a signal to the app's process group does not reach it) that reads
+lines on a pipe (its stdin)::
+
+    server N <json>     how to reach server N: the client's own endpoint, TLS material and headers
+    add NAME N          region NAME is registered on server N
+    drop NAME           the client unregistered NAME itself
+
+When the pipe ends (the client exited, whatever way), it unregisters what is still listed, on the server
+each region is on and with the client's own connection settings (a server with TLS, mutual TLS,
+Triton's restricted shared-memory protocol or a proxy that wants a token refuses anyone else), 2 s a call,
+retried for ``_GIVE_UP_S`` while the server still holds a region "in use"; then it unlinks the files.
+
+Secrets (a client key, auth headers) travel only on the pipe, which nobody else can read: never on the
+janitor's command line, which ``ps`` shows. A client certificate for HTTPS, which the ``ssl`` module
+takes from a file only, is written to a 0600 temporary file that is deleted right after it is loaded.
 
     python .../backends/remote/shm/janitor.py PID      (stdlib only until it cleans up)
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import logging
 import os
 import signal
+import ssl
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +49,45 @@ _UNREGISTER_TIMEOUT_S = 2.0
 #: How long unregistering is retried (a request cut off mid-run keeps its region "in use" until it ends).
 _GIVE_UP_S = 30.0
 _RETRY_S = 0.25
+_PEM_FIELDS = ("root_certificates", "client_chain", "client_key")
+
+
+@dataclass(frozen=True)
+class ServerAccess:
+    """How the janitor reaches the server a region is registered on: what the client itself used.
+
+    ``url`` is ``scheme://host:port``; the PEM material is the bytes the client read at open (``None``: the
+    system's CAs, no client certificate); ``headers`` are every header of a call, values included (the
+    protocol's own names: Triton's restricted gRPC keys carry their ``triton-grpc-protocol-`` prefix already).
+    """
+
+    url: str
+    root_certificates: bytes | None = field(default=None, repr=False)
+    client_chain: bytes | None = field(default=None, repr=False)
+    client_key: bytes | None = field(default=None, repr=False)
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    def encode(self) -> str:
+        """One line of JSON (PEM bytes in base64)."""
+        fields: dict[str, Any] = {"url": self.url, "headers": [list(h) for h in self.headers]}
+        for name in _PEM_FIELDS:
+            data = getattr(self, name)
+            fields[name] = None if data is None else base64.b64encode(data).decode("ascii")
+        return json.dumps(fields)
+
+    @classmethod
+    def decode(cls, text: str) -> ServerAccess:
+        fields = json.loads(text)
+        pem = {n: None if fields[n] is None else base64.b64decode(fields[n]) for n in _PEM_FIELDS}
+        return cls(url=fields["url"], headers=tuple((k, v) for k, v in fields["headers"]), **pem)
+
+    @property
+    def scheme(self) -> str:
+        return self.url.partition("://")[0]
+
+    @property
+    def address(self) -> str:
+        return self.url.partition("://")[2]
 
 
 class Janitor:
@@ -40,30 +97,42 @@ class Janitor:
         self._lock = threading.Lock()
         self._pipe: IO[str] | None = None
         self._pid = 0
+        self._servers: dict[ServerAccess, int] = {}  # what this process's watcher was told, and its number
 
-    def add(self, name: str, url: str) -> None:
-        self._send(f"add {name} {url}\n")
+    def add(self, name: str, access: ServerAccess) -> None:
+        """Region ``name`` is registered on the server ``access`` reaches (its settings are sent once)."""
+        with self._lock:
+            self._started()
+            number = self._servers.get(access)
+            lines = ""
+            if number is None:
+                number = self._servers[access] = len(self._servers)
+                lines = f"server {number} {access.encode()}\n"
+            self._write(f"{lines}add {name} {number}\n")
 
     def drop(self, name: str) -> None:
-        if self._pid == os.getpid():
-            self._send(f"drop {name}\n")
-
-    def _send(self, line: str) -> None:
         with self._lock:
-            if self._pid != os.getpid():  # first use, or a forked child: a watcher of its own
-                self._start()
-            if self._pipe is None:
-                return
-            try:
-                self._pipe.write(line)
-                self._pipe.flush()
-            except (BrokenPipeError, OSError) as exc:
-                logger.debug("shared memory janitor is gone: %s", exc)
-                self._pipe = None
+            if self._pid == os.getpid():
+                self._write(f"drop {name}\n")
+
+    def _started(self) -> None:
+        if self._pid != os.getpid():  # first use, or a forked child: a watcher of its own
+            self._start()
+
+    def _write(self, text: str) -> None:
+        if self._pipe is None:
+            return
+        try:
+            self._pipe.write(text)
+            self._pipe.flush()
+        except (BrokenPipeError, OSError) as exc:
+            logger.debug("shared memory janitor is gone: %s", exc)
+            self._pipe = None
 
     def _start(self) -> None:
         self._pid = os.getpid()
         self._pipe = None
+        self._servers = {}
         # The file itself, not ``-m``: importing the package would load torch into a process that only waits.
         command = [sys.executable, os.path.abspath(__file__), str(os.getpid())]
         try:
@@ -85,29 +154,87 @@ class Janitor:
 janitor = Janitor()
 
 
-def _unregister(name: str, url: str) -> None:
-    scheme, _, address = url.partition("://")
-    if scheme in ("grpc", "grpcs"):
+# -- the watcher's side ------------------------------------------------------------------------------
+def _unregister(name: str, access: ServerAccess) -> None:
+    headers = dict(access.headers)
+    if access.scheme in ("grpc", "grpcs"):
         import tritonclient.grpc as grpcclient
 
-        client = grpcclient.InferenceServerClient(address, ssl=scheme == "grpcs")
+        client = grpcclient.InferenceServerClient(access.address, creds=_grpc_credentials(access))
         try:
-            client.unregister_system_shared_memory(name, client_timeout=_UNREGISTER_TIMEOUT_S)
+            client.unregister_system_shared_memory(name, headers=headers, client_timeout=_UNREGISTER_TIMEOUT_S)
         finally:
             client.close()
         return
     import tritonclient.http as httpclient
 
     client = httpclient.InferenceServerClient(
-        address,
-        ssl=scheme == "https",
+        access.address,
+        ssl=access.scheme == "https",
+        ssl_context_factory=_http_context_factory(access) if access.scheme == "https" else None,
         connection_timeout=_UNREGISTER_TIMEOUT_S,
         network_timeout=_UNREGISTER_TIMEOUT_S,
     )
     try:
-        client.unregister_system_shared_memory(name)
+        client.unregister_system_shared_memory(name, headers=headers)
     finally:
         client.close()
+
+
+def _grpc_credentials(access: ServerAccess) -> Any:
+    if access.scheme != "grpcs":
+        return None
+    import grpc
+
+    return grpc.ssl_channel_credentials(
+        root_certificates=access.root_certificates,
+        private_key=access.client_key,
+        certificate_chain=access.client_chain,
+    )
+
+
+def _http_context_factory(access: ServerAccess) -> Callable[..., ssl.SSLContext]:
+    """The client's CA and certificate for geventhttpclient (as ``transports/tls.py`` gives them)."""
+
+    def make(**_ignored: Any) -> ssl.SSLContext:
+        import gevent.ssl
+
+        context: ssl.SSLContext = gevent.ssl.create_default_context()
+        if access.root_certificates is not None:
+            context.load_verify_locations(cadata=access.root_certificates.decode("ascii"))
+        if access.client_chain is not None:
+            _load_client_pair(context, access.client_chain, access.client_key or b"")
+        return context
+
+    return make
+
+
+def _load_client_pair(context: ssl.SSLContext, chain: bytes, key: bytes) -> None:
+    """``load_cert_chain`` reads files only: a 0600 temporary file, deleted as soon as it is loaded."""
+    fd, path = tempfile.mkstemp(prefix="mto-janitor-", suffix=".pem")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(chain + b"\n" + key)
+        context.load_cert_chain(certfile=path)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def _follow(lines: IO[str]) -> dict[str, ServerAccess]:
+    """Read the pipe until it ends; what is still registered then, and where."""
+    servers: dict[str, ServerAccess] = {}
+    live: dict[str, ServerAccess] = {}
+    for line in lines:
+        verb, _, rest = line.strip().partition(" ")
+        first, _, second = rest.partition(" ")
+        if verb == "server":
+            servers[first] = ServerAccess.decode(second)
+        elif verb == "add" and second in servers:
+            live[first] = servers[second]
+        elif verb == "drop":
+            live.pop(first, None)
+    return live
 
 
 def main(argv: list[str]) -> int:
@@ -115,19 +242,12 @@ def main(argv: list[str]) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     pid = argv[0]
-    live: dict[str, str] = {}
-    for line in sys.stdin:
-        verb, _, rest = line.strip().partition(" ")
-        if verb == "add":
-            name, _, url = rest.partition(" ")
-            live[name] = url
-        elif verb == "drop":
-            live.pop(rest, None)
+    live = _follow(sys.stdin)
     deadline = time.monotonic() + _GIVE_UP_S
     while live and time.monotonic() < deadline:  # "in use" while the server still runs a cut-off request
-        for name, url in list(live.items()):
+        for name, access in list(live.items()):
             try:
-                _unregister(name, url)
+                _unregister(name, access)
             except Exception as exc:  # the server may be busy with it, or gone too: try again, then unlink anyway
                 logger.debug("unregister %s: %s", name, exc)
             else:

@@ -35,7 +35,7 @@ from ....errors import BackendUnavailableError, ConfigError
 from ...status import CallError, Status
 from ..protocol import SYSTEM_SHARED_MEMORY, ServerInfo
 from ..transports.base import Transport
-from .janitor import janitor
+from .janitor import ServerAccess, janitor
 from .region import PAGE, SystemRegion, remove_stale_regions
 
 logger = logging.getLogger(__name__)
@@ -66,6 +66,18 @@ def aligned(size: int) -> int:
     return -(-size // ALIGN) * ALIGN
 
 
+def janitor_access(transport: Transport) -> ServerAccess:
+    """What the janitor needs to unregister this transport's regions: its endpoint, TLS material and headers."""
+    credentials = transport.credentials
+    return ServerAccess(
+        url=transport.url,
+        root_certificates=credentials.root_certificates,
+        client_chain=credentials.client_chain_pem,
+        client_key=credentials.client_key_pem,
+        headers=tuple(sorted(credentials.headers_for(transport.protocol).items())),
+    )
+
+
 class Slot:
     """One request's region (``None`` until first sized)."""
 
@@ -90,6 +102,7 @@ class RegionPool:
 
     def __init__(self, transport: Transport, *, max_slots: int = LEASE_CAP_SLOTS) -> None:
         self._transport = transport
+        self._access = janitor_access(transport)
         self._max_slots = max_slots
         self._lock = threading.Lock()
         self._free: list[Slot] = []
@@ -144,7 +157,7 @@ class RegionPool:
             region.close(unregister=False)
             raise
         region.unregister = self._unregister
-        janitor.add(region.name, self._transport.url)
+        janitor.add(region.name, self._access)
         region.announced = True
         slot.region = region
         self.registrations += 1

@@ -11,12 +11,15 @@ Names are ``mto_<pid>_<random>_<n>``: unique between processes (pid and random p
 Cleanup, whatever ends the process:
 
 - ``close()`` (the backend's close): unregister on the server, then unmap and unlink.
-- ``atexit`` and ``SIGTERM`` (whose default action skips ``finally`` and ``atexit``): the same for every
-  region still alive, with a short deadline for the server call; SIGTERM is then handled as before.
+- ``atexit``: the same for every region still alive (a Python exit: the end of the script, ``sys.exit``,
+  an exception, a host program's signal handler that exits that way).
 - After ``fork()`` the child forgets the parent's regions, so its exit never unlinks them.
-- Whatever else ends it (SIGKILL, Holoscan's own SIGTERM handling, an exit from C++): the janitor process
-  (``janitor.py``) unregisters and unlinks what is left, and :func:`remove_stale_regions` removes regions
-  whose creator pid is gone at the next open.
+- Whatever else ends it (a signal's default action, SIGKILL, Holoscan's own SIGTERM handling, an exit
+  from C++, ``os._exit``): the janitor process (``janitor.py``) unregisters, with the client's own
+  connection settings, and unlinks what is left; :func:`remove_stale_regions` removes regions whose
+  creator pid is gone at the next open.
+
+No signal handler is installed here: signals belong to the program (``interrupts.py``).
 """
 
 from __future__ import annotations
@@ -28,12 +31,10 @@ import math
 import mmap
 import os
 import secrets
-import signal
 import threading
 from collections.abc import Callable
 from itertools import count
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -51,12 +52,11 @@ _HEADROOM = 16 << 20
 
 Unregister = Callable[[str], None]
 
-_lock = threading.RLock()  # re-entrant: the SIGTERM handler runs on the main thread, maybe inside it
+_lock = threading.RLock()  # re-entrant: a program's signal handler may close a backend on a thread inside it
 _live: dict[str, SystemRegion] = {}
 _token = secrets.token_hex(4)
 _counter = count()
 _hooks_installed = False
-_previous_sigterm: Any = None
 
 
 class ShmSpaceError(OSError):
@@ -174,7 +174,7 @@ def live_regions() -> list[str]:
         return sorted(_live)
 
 
-# -- cleanup at exit, on SIGTERM, after fork ------------------------------------------------------
+# -- cleanup at exit and after fork ---------------------------------------------------------------
 def _track(region: SystemRegion) -> None:
     with _lock:
         _live[region.name] = region
@@ -187,7 +187,7 @@ def _untrack(region: SystemRegion) -> None:
 
 
 def close_all() -> None:
-    """Close every region this process created (``atexit`` and SIGTERM call it)."""
+    """Close every region this process created (``atexit`` calls it)."""
     with _lock:
         regions = [r for r in _live.values() if r.pid == os.getpid()]
     for region in regions:
@@ -195,31 +195,13 @@ def close_all() -> None:
 
 
 def _install_hooks() -> None:
-    global _hooks_installed, _previous_sigterm
+    global _hooks_installed
     with _lock:
         if _hooks_installed:
             return
         _hooks_installed = True
     atexit.register(close_all)
     os.register_at_fork(after_in_child=_forget_parent_regions)
-    if threading.current_thread() is not threading.main_thread():
-        logger.debug("shared memory created off the main thread: no SIGTERM handler (atexit still cleans up)")
-        return
-    previous = signal.getsignal(signal.SIGTERM)
-    if previous is signal.SIG_IGN or previous is None:  # ignored, or a handler installed outside Python: keep it
-        return
-    _previous_sigterm = previous
-    signal.signal(signal.SIGTERM, _on_sigterm)
-
-
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    close_all()
-    previous = _previous_sigterm
-    if callable(previous):
-        previous(signum, frame)
-        return
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # then die of SIGTERM, as without us
-    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _forget_parent_regions() -> None:

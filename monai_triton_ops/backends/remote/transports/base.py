@@ -101,6 +101,8 @@ class Transport(ABC):
 
     protocol: str
     url: str
+    #: The TLS material and headers it speaks with (the shared-memory janitor reaches the server with them too).
+    credentials: Credentials
     #: Whether any thread may call ``infer`` (else only the backend's workers may, each with its own client).
     any_thread: bool = False
 

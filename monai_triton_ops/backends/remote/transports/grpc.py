@@ -76,6 +76,7 @@ class GrpcTransport(Transport):
 
     def __init__(self, endpoint: Endpoint, settings: TransportSettings, *, balanced: bool = False) -> None:
         self.url = endpoint.url
+        self.credentials = settings.credentials
         self._heads = Heads()
         self._closed = False
         self._compression = _COMPRESSION[settings.compression]

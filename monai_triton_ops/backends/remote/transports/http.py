@@ -14,6 +14,11 @@ tensors into one body; :class:`_ArrayInput` hands it the caller's array, where t
 copies it first with ``tobytes``), and a response is read in ``RECV_BLOCK_BYTES`` blocks (geventhttpclient
 reads 4 KB at a time by default: 2,000 reads and parser calls for an 8 MB output, the larger part of the
 client's CPU for such a request).
+
+A request body is binary (a JSON header, then the tensors' bytes, its length in ``Inference-Header-Content-Length``)
+when the server takes binary tensors and some input travels in the body; otherwise it is plain JSON and says so
+(``Content-Type: application/json``): a FastAPI server (KServe's, since FastAPI 0.132) reads a body without that
+type as bytes, and then refuses it for want of the binary header.
 """
 
 from __future__ import annotations
@@ -59,6 +64,8 @@ _SOCKET_TIMEOUT_S = 3600.0
 _BINARY = {"binary_data": True}
 #: How much of a response one socket read asks for (geventhttpclient's default is 4 KB).
 RECV_BLOCK_BYTES = 256 << 10
+#: The type of a JSON body (sent in a new dict per request: tritonclient adds its own headers to the one it is given).
+_JSON = "application/json"
 #: Whether this thread made an HTTP client, and so has a gevent hub to destroy as it ends.
 _HUB = threading.local()
 
@@ -108,7 +115,9 @@ class HttpTransport(Transport):
 
     def __init__(self, endpoint: Endpoint, settings: TransportSettings, workers: Workers) -> None:
         self.url = endpoint.url
+        self.credentials = settings.credentials
         self._requests = RequestBuilder(self.request_classes, binary=_BINARY)
+        self._binary = True
         self._address = endpoint.address
         self._headers = settings.credentials.headers_for(self.protocol)
         self._ssl = endpoint.tls
@@ -186,8 +195,16 @@ class HttpTransport(Transport):
         parameters: Mapping[str, str | int | bool] | None = None,
     ) -> WireResult:
         tensors, requested = self._requests.build(inputs, outputs)
+        json_body = not (self._binary and any(spec.data is not None for spec in inputs))
         result = self._control(
-            lambda c: c.infer(model, tensors, model_version=version, outputs=requested, parameters=parameters),
+            lambda c: c.infer(
+                model,
+                tensors,
+                model_version=version,
+                outputs=requested,
+                parameters=parameters,
+                headers={"Content-Type": _JSON} if json_body else None,
+            ),
             timeout_s,
         )
         return _HttpResult(result)
@@ -195,6 +212,7 @@ class HttpTransport(Transport):
     # -- control calls ----------------------------------------------------------------------------
     def use_binary_tensors(self, binary: bool) -> None:
         self._requests = RequestBuilder(self.request_classes, binary={"binary_data": binary})
+        self._binary = binary
 
     def is_model_ready(self, model: str, version: str, *, timeout_s: float) -> bool:
         return bool(self._control(lambda c: c.is_model_ready(model, version), timeout_s))
@@ -224,7 +242,7 @@ class HttpTransport(Transport):
             ssl_context_factory=self._context_factory,
         )
         try:
-            response = client.post("/v2/repository/index", body="{}", headers=self._headers)
+            response = client.post("/v2/repository/index", body="{}", headers={**self._headers, "Content-Type": _JSON})
             body = response.read()
         finally:
             client.close()
