@@ -3,14 +3,14 @@
 tritonclient builds a ``ModelInferRequest`` with each tensor copied in (``tobytes``, then into the message) and
 serializes it with upb's ``SerializeToString``, which took 19 ms for one 8 MB tensor here (a plain copy of it:
 0.7 ms), the larger part of the client's CPU for such a request. Here the message is serialized without its
-tensors (a few hundred bytes, kept per slot and layout when every tensor is in shared memory), and each tensor
-follows as one ``raw_input_contents`` field written out by hand: its tag, its length and the array's own bytes,
-joined once into the message. A protobuf message is the concatenation of its fields, in any order, a repeated
-field one entry per field (the protobuf encoding guide: "Last One Wins" / "Repeated Elements"), so the server
-reads the same request tritonclient would have sent.
+tensors (a few hundred bytes, kept per slot and layout when every tensor is in shared memory: ``base.Heads``),
+and each tensor follows as one ``raw_input_contents`` field written out by hand: its tag, its length and the
+array's own bytes, joined once into the message. A protobuf message is the concatenation of its fields, in any
+order, a repeated field one entry per field (the protobuf encoding guide: "Last One Wins" / "Repeated
+Elements"), so the server reads the same request tritonclient would have sent.
 
     head = request_head(model, version, inputs, outputs, parameters)
-    body = serialize((head, [array.data for array in body_tensors]))   # the call's request_serializer
+    body = serialize((head, [tensor_bytes(spec.data, spec.datatype) for spec in body_inputs]))  # the serializer
 """
 
 from __future__ import annotations
@@ -18,22 +18,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 from tritonclient.grpc import service_pb2
-from tritonclient.utils import serialize_byte_tensor
 
-from ...status import CallError, Status
-from .base import ShmRef, WireInput, WireOutput
+from .base import ShmRef, WireInput, WireOutput, refuse_reserved
 
 #: The method every inference request calls (the service's ``ModelInfer``).
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 _FIELD = service_pb2.ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_contents"].number
 _TAG = bytes([_FIELD << 3 | 2])  # wire type 2: length-delimited
-#: Request parameters that belong to Triton (tritonclient refuses them too).
-_RESERVED = frozenset(
-    {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers", "binary_data_output"}
-)
-_RESERVED_PREFIX = "triton_"
 #: A request: its message without tensors, serialized, and the tensors' bytes in input order.
 Request = tuple[bytes, Sequence[Any]]
 
@@ -62,17 +54,6 @@ def serialize(request: Request) -> bytes:
     return b"".join(parts)
 
 
-def tensor_bytes(spec: WireInput) -> Any:
-    """A body input's bytes: the array's own memory (flat, C order), or BYTES elements serialized (4-byte length
-    and bytes each, what tritonclient sends)."""
-    array = spec.data
-    assert array is not None  # noqa: S101 - only body inputs are asked for
-    if spec.datatype == "BYTES":
-        serialized = serialize_byte_tensor(array)
-        return serialized.item() if serialized.size > 0 else b""
-    return np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
-
-
 def request_head(
     model: str,
     version: str,
@@ -91,8 +72,7 @@ def request_head(
         if out.shm is not None:
             _place(output.parameters, out.shm)
     for key, value in (parameters or {}).items():
-        if key in _RESERVED or key.startswith(_RESERVED_PREFIX):
-            raise CallError(Status.INVALID_ARGUMENT, f"request parameter {key!r} is reserved for Triton")
+        refuse_reserved(key)
         if isinstance(value, bool):  # before int: a bool is an int
             request.parameters[key].bool_param = value
         elif isinstance(value, int):
@@ -100,36 +80,6 @@ def request_head(
         else:
             request.parameters[key].string_param = str(value)
     return bytes(request.SerializeToString())
-
-
-class Heads:
-    """Serialized request heads of shared memory requests, kept: such a request's head depends only on the slot
-    and the shapes, and the exchange keeps its ``inputs`` and ``outputs`` per slot and layout, so they are found
-    by identity (the entry holds both, so their ids are not reused meanwhile). Not thread-safe by design: a lost
-    race builds the same head twice."""
-
-    def __init__(self, limit: int = 256) -> None:
-        self._limit = limit
-        self._kept: dict[int, tuple[Sequence[WireInput], Sequence[WireOutput], tuple[Any, ...], bytes]] = {}
-
-    def get(
-        self,
-        model: str,
-        version: str,
-        inputs: Sequence[WireInput],
-        outputs: Sequence[WireOutput],
-        parameters: Mapping[str, str | int | bool] | None,
-    ) -> bytes:
-        key = (model, version, *sorted((parameters or {}).items()))
-        kept = self._kept.get(id(inputs))
-        if kept is not None and kept[0] is inputs and kept[1] is outputs and kept[2] == key:
-            return kept[3]
-        head = request_head(model, version, inputs, outputs, parameters)
-        if all(spec.shm is not None for spec in inputs):  # a body request's specs are made per request
-            if len(self._kept) >= self._limit:
-                self._kept.clear()
-            self._kept[id(inputs)] = (inputs, outputs, key, head)
-        return head
 
 
 def _place(parameters: Any, ref: ShmRef) -> None:
