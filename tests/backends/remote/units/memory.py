@@ -11,8 +11,8 @@ Triton's behaviour, and nothing more:
   refused ("currently in use", Triton's ``SharedMemoryManager::Unregister``); ``hold(name)`` keeps a region in use
   the way a request the client gave up on (deadline, cancel) keeps it while the server still runs it;
 - an output that does not fit its place in a region fails the request with ``INTERNAL``, as Triton does;
-- readiness is a flag the test sets (``ready``), and a readiness call can be held (``answering``); a model that
-  is not ready is ``LOADING`` in the repository index.
+- readiness is a flag the test sets (``ready``), and a readiness answer can be held on its way back
+  (``answering``, ``asked``); a model that is not ready is ``LOADING`` in the repository index.
 
 ``model`` computes the outputs from the inputs (``dict`` in, ``dict`` out); ``before`` runs at the start of every
 request with what it received, and may wait (a ``threading.Barrier``) or raise a ``CallError`` (a failure).
@@ -84,9 +84,11 @@ class MemoryServer:
         self.model = model
         self.before: Callable[[Received], None] | None = None
         self.ready = True
-        #: Cleared, a readiness call waits until it is set again (a probe the test holds at the server).
+        #: Cleared, a readiness answer, once decided, waits until it is set again (an answer still on its way).
         self.answering = threading.Event()
         self.answering.set()
+        #: Set by every readiness call once its answer is decided.
+        self.asked = threading.Event()
         self.received: list[Received] = []
         self.registrations: Counter[str] = Counter()  # how often each region name was registered
         self._lock = threading.Lock()
@@ -216,9 +218,11 @@ class MemoryTransport(Transport):
 
     def is_model_ready(self, model: str, version: str, *, timeout_s: float) -> bool:
         self._check()
+        ready = self.server.ready and model == self.server.model_name
+        self.server.asked.set()
         if not self.server.answering.wait(WAIT_S):
             raise CallError(Status.DEADLINE, "the stand-in was held past the test's bound")
-        return self.server.ready and model == self.server.model_name
+        return ready
 
     def server_metadata(self, *, timeout_s: float) -> dict[str, Any]:
         self._check()

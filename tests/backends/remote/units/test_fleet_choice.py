@@ -174,6 +174,24 @@ def test_a_server_that_failed_a_request_is_suspect_until_a_probe_finds_it_ready(
     assert {fleet.pick(Counter()) for _ in range(10)} == {first, second}
 
 
+def test_a_probes_answer_older_than_a_requests_success_does_not_mark_the_server_down(make_fleet: MakeFleet) -> None:
+    """Requests in flight on a server when one of them fails: the probe that follows can find it not ready just
+    before another of them gets its answer there; the answer is the newer news, and the server stays up."""
+    fleet, stand_ins = make_fleet([1, 2])
+    first, _ = fleet.servers
+    stand_ins[0].ready = False
+    stand_ins[0].answering.clear()
+    stand_ins[0].asked.clear()  # (open asked it already)
+    fleet.failed(first, UNAVAILABLE)
+    assert stand_ins[0].asked.wait(WAIT_S)  # the probe's answer, "not ready", is on its way back
+    stand_ins[0].ready = True
+    fleet.succeeded(first)  # meanwhile a request in flight there got its answer
+    assert first.state is State.UP
+    stand_ins[0].answering.set()
+    assert fleet.probe_of(first) == (State.UP, 0.0)
+    assert first in {fleet.pick(Counter()) for _ in range(10)}
+
+
 def test_with_no_server_up_the_one_that_failed_first_is_tried_and_an_answer_brings_it_back(
     make_fleet: MakeFleet,
 ) -> None:
