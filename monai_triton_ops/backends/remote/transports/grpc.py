@@ -197,6 +197,10 @@ class GrpcTransport(Transport):
             status = self._client.get_system_shared_memory_status(as_json=True, client_timeout=timeout_s)
         return sorted(status.get("regions", {}))
 
+    def end_calls(self) -> None:
+        """Nothing yet: ``close()`` ends the calls still out, once the shared memory regions have been unregistered
+        through the channel it closes (the calls need no free thread for that, unlike HTTP's)."""
+
     def close(self) -> None:
         """Close the channel: calls still out end at once (``CANCELLED``)."""
         self._closed = True
