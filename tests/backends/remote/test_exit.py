@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from monai_triton_ops import create_backend
 from monai_triton_ops.backends.remote.shm import region as shm
 from monai_triton_ops.server import LocalTritonServer, TritonInstall
 
@@ -198,3 +199,21 @@ def test_sigterm_without_the_apps_handlers_kills_at_once_and_the_janitor_cleans_
     assert child.process.returncode == -signal.SIGTERM
     assert wait_until(lambda: not _files_of(child.pid), timeout_s=JANITOR_S), _files_of(child.pid)
     assert_nothing_left(server, child, (-signal.SIGTERM,))
+
+
+@pytest.mark.parametrize("scheme", ["grpc", "http"])
+def test_regions_a_close_abandoned_are_unregistered_once_the_server_lets_go_while_the_process_runs_on(
+    server: LocalTritonServer, scheme: str
+) -> None:
+    """``close(timeout_s=0)`` returns at once; the regions the server still holds (it runs the abandoned requests
+    for 8 s) are unlinked at once and unregistered by the janitor as soon as it lets go, not at this process's end."""
+    backend = create_backend(spec_of(server, scheme, "system"), "slow").open()
+    futures = [backend.submit({"INPUT__0": np.ones(4, np.float32)}) for _ in range(8)]
+    assert wait_until(lambda: len(registered_by_us(server)) >= 8, timeout_s=30)  # each request's slot is out
+    started = time.monotonic()
+    backend.close(timeout_s=0)
+    assert time.monotonic() - started <= BEYOND_S
+    assert all(f.exception() is not None for f in futures)
+    assert not _files_of(os.getpid())
+    assert registered_by_us(server)  # the server still runs requests: the pool could not unregister their regions
+    assert wait_until(lambda: not registered_by_us(server), timeout_s=JANITOR_S), registered_by_us(server)

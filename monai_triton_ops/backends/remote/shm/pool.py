@@ -292,9 +292,8 @@ class RegionPool:
 
         The backend ends its calls still out first (``Transport.end_calls``) or abandons them: a slot whose
         request is out comes back (quarantined) when its call ends; a quarantined one is unregistered as soon
-        as the server lets go. What is left at the deadline is unlinked now, and stays registered on the server
-        (which keeps its mapping, and runs the request to its end) until the janitor unregisters it once this
-        process is gone.
+        as the server lets go. What is left at the deadline is unlinked now (the server keeps its mapping, and runs
+        the request to its end) and handed to the janitor, which unregisters it once the server lets go.
         """
         with self._lock:
             self._closed = True
@@ -319,11 +318,13 @@ class RegionPool:
         if regions:
             logger.warning(
                 "%d shared memory region(s) still in use by the server at close (requests it still runs); unlinked "
-                "now, unregistered by the janitor once this process is gone: %s",
+                "now, unregistered by the janitor once the server lets go: %s",
                 len(regions),
                 ", ".join(r.name for r in regions),
             )
         for region in regions:
+            if region.announced:
+                janitor.retire(region.name)
             region.close(unregister=False)
 
 
