@@ -15,9 +15,10 @@ while ``retries`` and the deadline allow; an error the model reported, or the de
 
 ``close(timeout_s=T)`` waits up to T for the requests in flight (the contract's), then abandons the rest at once:
 their calls end (``Transport.end_calls``: an HTTP worker's call is ended; gRPC's end with their channel), the
-shared memory regions get what is left of T (at least ``REGIONS_GRACE_S``) to be unregistered, and what the
-server still holds is unlinked and left to the janitor. At interpreter exit ``exit_hook.py`` closes what is open
-with ``timeout_s=0``. ``docs/remote.md`` ("Work in flight at the end") gives the times.
+shared memory regions not in use get what is left of T (at least ``REGIONS_GRACE_S``) to be unregistered, and
+those the server still holds (the abandoned requests') are unlinked and handed to the janitor. At interpreter
+exit ``exit_hook.py`` closes what is open with ``timeout_s=0``. ``docs/remote.md`` ("Work in flight at the end")
+gives the times.
 """
 
 from __future__ import annotations
@@ -57,8 +58,8 @@ from .volume import served_name
 
 logger = logging.getLogger(__name__)
 
-#: What closing gives the shared memory regions beyond ``close()``'s own deadline: time to unregister those the
-#: server has let go of (a region of an abandoned request is refused "in use" until the server has run it).
+#: What closing gives the shared memory regions beyond ``close()``'s own deadline: time to unregister those no
+#: request uses (the server may refuse "in use" a moment after a response). An abandoned request's is not waited for.
 REGIONS_GRACE_S = 1.0
 
 

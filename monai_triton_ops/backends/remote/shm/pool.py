@@ -290,10 +290,11 @@ class RegionPool:
     def close(self, deadline: float) -> None:
         """Unregister and unlink every region, retrying until ``deadline`` (every call ends by then too).
 
-        The backend ends its calls still out first (``Transport.end_calls``) or abandons them: a slot whose
-        request is out comes back (quarantined) when its call ends; a quarantined one is unregistered as soon
-        as the server lets go. What is left at the deadline is unlinked now (the server keeps its mapping, and runs
-        the request to its end) and handed to the janitor, which unregisters it once the server lets go.
+        The backend has ended or abandoned its calls still out (``Transport.end_calls``): their slots are not
+        waited for (the server holds their regions until it has run their requests, whenever the call ends). The
+        free, leased and quarantined slots are unregistered, retried until the deadline while the server has not
+        let go. What is left is unlinked now (the server keeps its mapping) and handed to the janitor, which
+        unregisters it once the server lets go.
         """
         with self._lock:
             self._closed = True
@@ -305,9 +306,9 @@ class RegionPool:
             self._quarantined.update(s for s in [*free, *self._leased] if s.region is not None)
         while True:
             with self._lock:
-                busy, pending = len(self._busy), list(self._quarantined)
+                pending = list(self._quarantined)
             pending = [s for s in pending if not self._retired_by(s, deadline)]
-            if (not busy and not pending) or time.monotonic() >= deadline:
+            if not pending or time.monotonic() >= deadline:
                 break
             time.sleep(_REAP_INTERVAL_S)
         with self._lock:
