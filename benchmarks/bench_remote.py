@@ -16,7 +16,8 @@ A path is one entry of ``W1_PATHS`` / ``W2_PATHS``: a function taking the run's 
         [--paths LABEL ...] [--baseline DIR]
 
 ``--baseline DIR`` puts another commit's remote backend in the same run (``git archive REV monai_triton_ops |
-tar -x -C DIR``), so a change to the request path is measured side by side with what it replaced.
+tar -x -C DIR``; auto over both protocols, and ``shared_memory=none`` over both), so a change to the request path
+is measured side by side with what it replaced.
 """
 
 from __future__ import annotations
@@ -186,11 +187,10 @@ def baseline_paths(tree: Path) -> dict[str, Path_]:
     backend = importlib.import_module("mto_baseline.backends.remote.backend")
     options = importlib.import_module("mto_baseline.backends.remote.options")
 
-    def make(url: Callable[[Bench], str]) -> Path_:
+    def make(url: Callable[[Bench], str], memory: str = "auto") -> Path_:
         def open_(bench: Bench) -> tuple[Call, Callable[[], None]]:
-            model = backend.RemoteBackend(
-                "identity", urls=(url(bench),), options=options.RemoteOptions(timeout_s=TIMEOUT_S)
-            )
+            settings = options.RemoteOptions(timeout_s=TIMEOUT_S, shared_memory=memory)
+            model = backend.RemoteBackend("identity", urls=(url(bench),), options=settings)
             model.open()
             return (lambda x: model.infer({"INPUT__0": x})), model.close
 
@@ -199,6 +199,8 @@ def baseline_paths(tree: Path) -> dict[str, Path_]:
     return {
         "baseline auto (gRPC, shm)": make(lambda b: b.identity.grpc_url),
         "baseline auto (HTTP, shm)": make(lambda b: b.identity.http_url),
+        "baseline gRPC": make(lambda b: b.identity.grpc_url, "none"),
+        "baseline HTTP": make(lambda b: b.identity.http_url, "none"),
     }
 
 
@@ -310,8 +312,9 @@ def main() -> None:
     repo = Path(tempfile.mkdtemp(prefix="bench-remote-")) / "repo"
     triton_models.identity(repo, "identity")
     entries = {k: v for k, v in W1_PATHS.items() if not args.paths or k in args.paths}
-    if args.baseline is not None:
-        entries.update(baseline_paths(args.baseline))
+    if args.baseline is not None:  # the baseline of each path run (`baseline X` beside `this backend X`)
+        baseline = baseline_paths(args.baseline)
+        entries.update({k: v for k, v in baseline.items() if k.replace("baseline", "this backend", 1) in entries})
     with LocalTritonServer(repo) as identity, LocalTritonServer(REPO) as sample:
         bench = Bench(identity, sample, max_bytes=4 * max(args.sizes) ** 3, identity_repo=repo)
         try:
@@ -337,6 +340,10 @@ W1_RATIOS = [
     ("this backend auto (gRPC, shm)", "baseline auto (gRPC, shm)"),
     ("this backend auto (HTTP, shm)", "baseline auto (HTTP, shm)"),
     ("this backend HTTP", "tritonclient HTTP binary"),
+    ("baseline gRPC", "tritonclient gRPC"),
+    ("baseline HTTP", "tritonclient HTTP binary"),
+    ("this backend gRPC", "baseline gRPC"),
+    ("this backend HTTP", "baseline HTTP"),
     ("App SDK TritonRemoteModel", "this backend auto (gRPC, shm)"),
     ("in-process triton backend", "this backend auto (gRPC, shm)"),
     ("in-process triton backend", "this backend auto (HTTP, shm)"),

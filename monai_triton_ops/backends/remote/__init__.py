@@ -8,7 +8,7 @@ backend.py         RemoteBackend: the contract's hooks; per request (_infer), on
 fleet.py           which server takes the next attempt, which are down, probing them back (health and choice)
 members.py         the servers a fleet's endpoints stand for and their transports (names resolved again)
 exchange.py        one attempt: where its tensors go (slot or body), the blocking call, outputs (leased views)
-transports/        tritonclient gRPC (one thread-safe client) and HTTP (one client per worker thread), each
+transports/        gRPC (one thread-safe channel) and HTTP (clients per worker thread), each
                    mapping its library's exceptions in one place; TLS and credentials; the tensor codec;
                    connect(): the transport for one endpoint
 shm/               system shared memory: regions (naming, cleanup at close/exit/fork), the pool of

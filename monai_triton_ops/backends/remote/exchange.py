@@ -177,8 +177,8 @@ class Exchange:
     def _wire(
         self, region: str, layout: Layout, arrays: dict[str, np.ndarray], outputs: tuple[str, ...], *, keep: bool
     ) -> _Wire:
-        """The tensors of a request in ``region`` placed by ``layout``; kept (a transport keeps what it builds from
-        the same objects: ``RequestBuilder``)."""
+        """The tensors of a request in ``region`` placed by ``layout``; kept (a transport keeps the request head it
+        writes for the same objects: ``transports.base.Heads``)."""
         inputs = tuple(
             WireInput(name, self._input_types[name], array.shape, shm=ShmRef(region, size, start))
             for (name, array), (start, size) in zip(arrays.items(), layout.inputs, strict=True)

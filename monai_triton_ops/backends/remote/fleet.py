@@ -229,6 +229,7 @@ class Fleet(Members):
             return
         with self._lock:
             if server.state in (State.SUSPECT, State.DOWN) and server.checked:
+                server.answered_at = time.monotonic()
                 self._mark_up(server)
 
     def _mark_up(self, server: Server) -> None:
@@ -243,9 +244,13 @@ class Fleet(Members):
         self._up = tuple(s for s in self._servers if s.state is State.UP and not s.retired)
 
     def _probe(self, server: Server) -> None:
-        """On the probing thread: is the server ready (and the same model, the first time)? Up, or down and later."""
+        """On the probing thread: is the server ready (and the same model, the first time)? Up, or down and later.
+
+        A request answered there while the probe ran is newer news than a "not ready" the probe brings back (requests
+        were in flight on it when one failed): the server stays up."""
         if self._closed or server.retired:
             return
+        began = time.monotonic()
         found = self._probe_once(server)
         if found.stale_connection and server.address.endpoint.protocol == "grpc":
             self._reconnect(server)  # the server answers a connection, the channel still waits out its backoff
@@ -255,6 +260,8 @@ class Fleet(Members):
                 return
             if found.ready:
                 self._mark_up(server)
+                return
+            if server.state is State.UP and server.answered_at >= began:
                 return
             self._mark_down(server, found)
             if not self._closed and not server.retired:

@@ -286,6 +286,7 @@ class Server:
         self.in_flight = 0
         self.retired = False
         self.failed_at = 0.0
+        self.answered_at = 0.0  # when a request last got its answer there while it was not up
 
     @property
     def label(self) -> str:

@@ -307,7 +307,10 @@ class RegionPool:
         while True:
             with self._lock:
                 pending = list(self._quarantined)
-            pending = [s for s in pending if not self._retired_by(s, deadline)]
+            for slot in pending:
+                self._retired_by(slot, deadline)
+            with self._lock:  # read again: a slot whose response came meanwhile was quarantined too
+                pending = list(self._quarantined)
             if not pending or time.monotonic() >= deadline:
                 break
             time.sleep(_REAP_INTERVAL_S)

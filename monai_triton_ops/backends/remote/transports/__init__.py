@@ -1,15 +1,18 @@
 """How the remote backend speaks to a server: one transport per endpoint, over gRPC or HTTP, and :func:`connect`.
 
-    base.py         the neutral interface (Transport, the wire's tensor specs), the request builder both
-                    protocols share, and TransportSettings (made once from the options)
-    grpc.py         tritonclient gRPC: one thread-safe client, blocking calls, a deadline on each
-    http.py         tritonclient HTTP: one client per worker thread (gevent is not thread-safe)
+    base.py         the neutral interface (Transport, the wire's tensor specs), the kept heads of shared
+                    memory requests, and TransportSettings (made once from the options)
+    grpc.py         gRPC: one thread-safe channel of our own, blocking calls, a deadline on each
+    grpc_wire.py    a gRPC inference request written as bytes, its tensors not through protobuf's serializer
+    http.py         HTTP: clients per worker thread (gevent is not thread-safe), geventhttpclient for inference
+    http_wire.py    an HTTP inference request's body written, and its response read
     codec.py        the one tensor codec: a caller's array as the wire takes it, wire bytes as numpy
     tls.py          what gRPC and HTTP are given for TLS; a handshake that says what TLS failure it is
     credentials.py  TLS material and auth headers, secrets named by env:/file: references, redaction
 
-Each transport turns its library's exceptions into a ``status.CallError`` in one context manager
-(``_mapped``), by status code; nothing above this package sees a ``tritonclient`` exception.
+Each transport turns its libraries' exceptions into a ``status.CallError`` in one context manager
+(``_mapped``), by status code; nothing above this package sees a ``grpc``, ``geventhttpclient`` or
+``tritonclient`` exception.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from .base import Transport, TransportSettings
 
 
 def connect(endpoint: Endpoint, settings: TransportSettings, workers: Workers, *, balanced: bool = False) -> Transport:
-    """The transport for ``endpoint``, by its scheme: gRPC shares one thread-safe client, HTTP has one per worker
+    """The transport for ``endpoint``, by its scheme: gRPC shares one thread-safe channel, HTTP has clients per worker
     thread (``workers``' threads own them).
 
     ``balanced``: a gRPC name with several addresses, spread by the channel's ``round_robin``.

@@ -1,28 +1,32 @@
 """What the remote backend needs from a protocol, in neutral terms; the gRPC and HTTP transports implement it.
 
-A transport is the boundary to ``tritonclient``: every call blocks the calling thread until an answer
-or its deadline (``timeout_s``), and every failure comes out as a :class:`~..status.CallError` (never
-a ``tritonclient`` exception: each transport maps its library's exceptions in one context manager).
+A transport is the boundary to the client libraries (``grpc``, ``geventhttpclient``, ``tritonclient``): every
+call blocks the calling thread until an answer or its deadline (``timeout_s``), and every failure comes out as
+a :class:`~..status.CallError` (never a library's exception: each transport maps its libraries' exceptions in
+one context manager).
 The backend calls ``infer`` on its worker threads; control calls may come from any thread.
 :class:`TransportSettings` is how every endpoint of one backend is spoken to.
 
-Both protocols describe a request with the same ``InferInput`` / ``InferRequestedOutput`` shape, so
-:class:`RequestBuilder` builds it for either client module; only the body encoding differs (HTTP
-asks for binary tensors, gRPC always sends raw bytes).
+Both protocols describe a request with the same :class:`WireInput` / :class:`WireOutput` values; each writes
+its own wire form (``grpc_wire.py``, ``http_wire.py``), and :class:`Heads` keeps the part of a shared memory
+request that does not change from one request to the next.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as pb
+from tritonclient.utils import TRITON_RESERVED_REQUEST_PARAMS, TRITON_RESERVED_REQUEST_PARAMS_PREFIX
 
+from ...status import CallError, Status
 from .credentials import CredentialOptions, Credentials, load_credentials
+
+H = TypeVar("H")
 
 
 class TransportOptions(CredentialOptions, Protocol):
@@ -170,59 +174,49 @@ class Transport(ABC):
         """Release connections; calls still out end at once; idempotent."""
 
 
-class RequestBuilder:
-    """``tritonclient.grpc`` or ``tritonclient.http`` input and output objects for a request, for either protocol.
+class Heads(Generic[H]):
+    """The written head of shared memory requests (everything but tensors' bytes, which such a request has none
+    of), kept: it depends only on the slot and the shapes, and a sliding window sends the same few again and again.
 
-    ``binary`` goes to the body setters: ``{"binary_data": True}`` for HTTP, ``{}`` for gRPC. The objects of a
-    request whose tensors are all in shared memory depend only on the slot and the shapes, and tritonclient only
-    reads them, so they are kept and reused (a sliding window sends the same few again and again). They are found
-    by the identity of the ``inputs`` and ``outputs`` sequences, which the exchange keeps per slot and layout
-    (hashing the specs cost more than building anew); the entry holds both, so their ids are not reused meanwhile.
+    ``write(model, version, inputs, outputs, parameters)`` writes one. Heads are found by the identity of the
+    ``inputs`` and ``outputs`` sequences, which the exchange keeps per slot and layout (hashing the specs cost
+    more than writing anew); the entry holds both, so their ids are not reused meanwhile. Not locked: a lost race
+    writes the same head twice.
     """
 
-    def __init__(self, client: ModuleType, *, binary: dict[str, Any]) -> None:
-        self._client = client
-        self._binary = binary
-        self._kept: dict[int, tuple[Sequence[WireInput], Sequence[WireOutput], tuple[list[Any], list[Any]]]] = {}
+    def __init__(self, write: Callable[..., H], limit: int = 256) -> None:
+        self._write = write
+        self._limit = limit  # slots x request shapes in use
+        self._kept: dict[int, tuple[Sequence[WireInput], Sequence[WireOutput], tuple[Any, ...], H]] = {}
 
-    def build(self, inputs: Sequence[WireInput], outputs: Sequence[WireOutput]) -> tuple[list[Any], list[Any]]:
+    def get(
+        self,
+        model: str,
+        version: str,
+        inputs: Sequence[WireInput],
+        outputs: Sequence[WireOutput],
+        parameters: Mapping[str, str | int | bool] | None,
+    ) -> H:
+        key = (model, version, *sorted((parameters or {}).items()))
         kept = self._kept.get(id(inputs))
-        if kept is not None and kept[0] is inputs and kept[1] is outputs:
-            return kept[2]
-        built = build_request(self._client, inputs, outputs, binary=self._binary)
-        if all(spec.shm is not None for spec in inputs):  # a body request's objects hold its data: never kept
-            if len(self._kept) >= _KEPT_REQUESTS:
+        if kept is not None and kept[0] is inputs and kept[1] is outputs and kept[2] == key:
+            return kept[3]
+        head = self._write(model, version, inputs, outputs, parameters)
+        if all(spec.shm is not None for spec in inputs):  # a body request's specs are made per request
+            if len(self._kept) >= self._limit:
                 self._kept.clear()
-            self._kept[id(inputs)] = (inputs, outputs, built)
-        return built
-
-
-#: Shared memory requests whose tritonclient objects are kept (slots x request shapes in use).
-_KEPT_REQUESTS = 256
-
-
-def build_request(
-    client: ModuleType, inputs: Sequence[WireInput], outputs: Sequence[WireOutput], *, binary: dict[str, Any]
-) -> tuple[list[Any], list[Any]]:
-    """``tritonclient.grpc`` or ``tritonclient.http`` input and output objects for one request (see above)."""
-    tensors = []
-    for spec in inputs:
-        tensor = client.InferInput(spec.name, list(spec.shape), spec.datatype)
-        if spec.shm is not None:
-            tensor.set_shared_memory(spec.shm.region, spec.shm.byte_size, spec.shm.offset)
-        elif spec.data is not None:
-            tensor.set_data_from_numpy(spec.data, **binary)
-        tensors.append(tensor)
-    requested = []
-    for out in outputs:
-        output = client.InferRequestedOutput(out.name, **binary)  # shared memory turns binary_data off
-        if out.shm is not None:
-            output.set_shared_memory(out.shm.region, out.shm.byte_size, out.shm.offset)
-        requested.append(output)
-    return tensors, requested
+            self._kept[id(inputs)] = (inputs, outputs, key, head)
+        return head
 
 
 def refuse_unregister_all(name: str) -> None:
     """An empty name unregisters every client's regions on the server: never send one."""
     if not name:
         raise ValueError("refusing to unregister all shared memory regions")
+
+
+def refuse_reserved(parameter: str) -> None:
+    """A request parameter of Triton's own (``priority``, ``triton_...``: tritonclient's list) is not the caller's
+    to send."""
+    if parameter in TRITON_RESERVED_REQUEST_PARAMS or parameter.startswith(TRITON_RESERVED_REQUEST_PARAMS_PREFIX):
+        raise CallError(Status.INVALID_ARGUMENT, f"request parameter {parameter!r} is reserved for Triton")

@@ -236,7 +236,7 @@ class HeaderPlugin:
     """Puts the backend's headers on every call a tritonclient client makes (registered once per client).
 
     tritonclient calls a registered plugin with each call's request before it is sent; it needs only
-    ``__call__`` (the shape of ``tritonclient._plugin.InferenceServerClientPlugin``).
+    ``__call__`` (the shape of tritonclient's ``InferenceServerClientPlugin``).
     """
 
     def __init__(self, headers: Mapping[str, str]) -> None:

@@ -1,23 +1,23 @@
-"""The HTTP transport: one ``tritonclient.http`` client per worker thread, made, used and closed on that thread.
+"""The HTTP transport: one pair of HTTP clients per worker thread, made, used and closed on that thread.
 
-The HTTP client runs on gevent and is not thread-safe ("None of the methods are thread safe"): used
-from two threads, or closed on another thread, it fails with greenlet errors, hangs, or leaks its
-sockets and the thread's gevent hub. So every call runs on a worker of the backend's pool
-(``workers.py``) with that worker's own client: inference is already there, and a control call from
-any other thread (open, close, statistics) is handed to a worker and waited for. A worker ending
-closes its client and destroys its hub. The client's own ``network_timeout`` is fixed per client, so
-each call runs under a ``gevent.Timeout`` of its own deadline; after a timeout or a socket error the
-connection may be half-read, and the worker replaces its client.
+The clients run on gevent and are not thread-safe ("None of the methods are thread safe"): used from two
+threads, or closed on another thread, they fail with greenlet errors, hang, or leak their sockets and the
+thread's gevent hub. So every call runs on a worker of the backend's pool (``workers.py``) with that worker's
+own clients: inference is already there, and a control call from any other thread (open, close, statistics) is
+handed to a worker and waited for. A worker ending closes its clients and destroys its hub. A client's socket
+timeouts are fixed per client, so each call runs under a ``gevent.Timeout`` of its own deadline; after a
+timeout or a socket error the connection may be half-read, and the worker replaces its clients.
 
 Closing cannot wait for inference calls still out (a request's deadline is 2 minutes by default), and no other
 thread may touch a worker's client; so ``end_calls()`` ends them the way their ``gevent.Timeout`` would: each
 worker's gevent loop is asked (``loop.run_callback_threadsafe``, the one call gevent allows from another thread)
-to raise into the call it runs, which then fails ``CANCELLED`` at once and the worker replaces its client.
+to raise into the call it runs, which then fails ``CANCELLED`` at once and the worker replaces its clients.
 
-A request body is binary (a JSON header, then the tensors' bytes, its length in ``Inference-Header-Content-Length``)
-when the server takes binary tensors and some input travels in the body; otherwise it is plain JSON and says so
-(``Content-Type: application/json``): a FastAPI server (KServe's, since FastAPI 0.132) reads a body without that
-type as bytes, and then refuses it for want of the binary header.
+Inference goes through geventhttpclient's ``HTTPClient`` (what tritonclient's HTTP client uses underneath), its
+request body written and its response read by ``http_wire.py``: a tensor is copied once into the body where
+tritonclient copies it twice, and a response is read in ``RECV_BLOCK_BYTES`` blocks (geventhttpclient reads
+4 KB at a time by default: 2,000 reads and parser calls for an 8 MB output, the larger part of the client's CPU
+for such a request; tritonclient leaves it at that). Control calls go through tritonclient's HTTP client.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import gevent
-import numpy as np
 import tritonclient.http as httpclient
 from geventhttpclient import URL, HTTPClient
 from geventhttpclient.response import HTTPConnectionClosed
@@ -43,7 +42,7 @@ from ...status import CallError, Status, from_http_status, from_os_error
 from ...workers import Made, Workers
 from ..endpoints import Endpoint
 from .base import (
-    RequestBuilder,
+    Heads,
     Transport,
     TransportSettings,
     WireInput,
@@ -51,19 +50,18 @@ from .base import (
     WireResult,
     refuse_unregister_all,
 )
-from .codec import conform
 from .credentials import redact, scrub
+from .http_wire import HEADER_LENGTH, JSON_TYPE, HttpResult, decoded, infer_path, request_body
 from .tls import http_context_factory
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Client = Any  # tritonclient.http.InferenceServerClient (untyped)
-#: The client's own socket timeouts; every call runs under a shorter ``gevent.Timeout`` of its deadline.
+#: The clients' own socket timeouts; every call runs under a shorter ``gevent.Timeout`` of its deadline.
 _SOCKET_TIMEOUT_S = 3600.0
-_BINARY = {"binary_data": True}
-#: The type of a JSON body (sent in a new dict per request: tritonclient adds its own headers to the one it is given).
-_JSON = "application/json"
+#: How much of a response one socket read asks for (geventhttpclient's default is 4 KB).
+RECV_BLOCK_BYTES = 256 << 10
 #: Whether this thread made an HTTP client, and so has a gevent hub to destroy as it ends.
 _HUB = threading.local()
 
@@ -92,14 +90,35 @@ def _destroy_hub() -> None:
         gevent.get_hub().destroy(destroy_loop=True)
 
 
+class _Clients:
+    """One worker's clients of one server: geventhttpclient's for inference and the repository index, and
+    tritonclient's for the other control calls. Neither connects before its first call."""
+
+    def __init__(self, infer: HTTPClient, control: Client) -> None:
+        self.infer = infer
+        self.control = control
+
+    def close(self) -> None:
+        try:
+            self.control.close()
+        finally:
+            self.infer.close()
+
+
+def _heads(binary: bool) -> Heads[tuple[bytes, dict[str, str]]]:
+    """Request bodies of shared memory requests (JSON only, no tensor in them), kept."""
+    return Heads(
+        lambda _model, _version, inputs, outputs, parameters: request_body(inputs, outputs, parameters, binary=binary)
+    )
+
+
 class HttpTransport(Transport):
     protocol = "http"
 
     def __init__(self, endpoint: Endpoint, settings: TransportSettings, workers: Workers) -> None:
         self.url = endpoint.url
         self.credentials = settings.credentials
-        self._requests = RequestBuilder(httpclient, binary=_BINARY)
-        self._binary = True
+        self._heads = _heads(True)  # until the server is known to take no binary tensors
         self._address = endpoint.address
         self._headers = settings.credentials.headers_for(self.protocol)
         self._ssl = endpoint.tls
@@ -111,27 +130,40 @@ class HttpTransport(Transport):
         self._ended = False  # end_calls() was called: no inference call starts any more
         workers.at_thread_exit(_destroy_hub)
 
-    def _new_client(self) -> Made[Client]:
-        client = httpclient.InferenceServerClient(
-            self._address,
-            ssl=self._ssl,
-            ssl_context_factory=self._context_factory,
+    def _new_clients(self) -> Made[_Clients]:
+        scheme = "https" if self._ssl else "http"
+        infer = HTTPClient.from_url(
+            URL(f"{scheme}://{self._address}"),
+            block_size=RECV_BLOCK_BYTES,
             connection_timeout=_SOCKET_TIMEOUT_S,
             network_timeout=_SOCKET_TIMEOUT_S,
+            ssl_context_factory=self._context_factory,
         )
+        try:
+            control = httpclient.InferenceServerClient(
+                self._address,
+                ssl=self._ssl,
+                ssl_context_factory=self._context_factory,
+                connection_timeout=_SOCKET_TIMEOUT_S,
+                network_timeout=_SOCKET_TIMEOUT_S,
+            )
+        except BaseException:
+            infer.close()
+            raise
         if self._plugin is not None:
-            client.register_plugin(self._plugin)  # headers on every call (credentials.py)
+            control.register_plugin(self._plugin)  # headers on every control call (credentials.py)
         _HUB.made = True
-        return client, client.close
+        clients = _Clients(infer, control)
+        return clients, clients.close
 
-    def _run(self, fn: Callable[[Client], T], timeout_s: float, *, inference: bool = False) -> T:
-        """``fn(client)`` with this worker's client, under the deadline (on a worker thread); an ``inference``
+    def _run(self, fn: Callable[[_Clients], T], timeout_s: float, *, inference: bool = False) -> T:
+        """``fn(clients)`` with this worker's clients, under the deadline (on a worker thread); an ``inference``
         call also ends when ``end_calls()`` is called."""
         if timeout_s <= 0:
             raise CallError(Status.DEADLINE, "the deadline passed before the call could start")
-        client = self._workers.local(self, self._new_client)
+        clients = self._workers.local(self, self._new_clients)
         with self._mapped(), self._endable() if inference else nullcontext(), gevent.Timeout(timeout_s, _Deadline):
-            return fn(client)
+            return fn(clients)
 
     @contextmanager
     def _endable(self) -> Iterator[None]:
@@ -162,11 +194,12 @@ class HttpTransport(Transport):
 
     @contextmanager
     def _mapped(self) -> Iterator[None]:
-        """Every exception of a call on this worker's client as a ``CallError``: the one place this transport
-        translates, most specific first. ``InferenceServerException`` carries the HTTP status
-        (``status.from_http_status``); a socket error its errno class (``status.from_os_error``); our deadline,
-        or a connection closed mid-response (the server killed or restarted), leaves the connection half-read,
-        so the worker's client is replaced. The foreign exception, secrets taken out, is the cause."""
+        """Every exception of a call on this worker's clients as a ``CallError``: the one place this transport
+        translates, most specific first. ``InferenceServerException`` (tritonclient's) carries the HTTP status
+        (``status.from_http_status``; an inference call maps its own); a socket error its errno class
+        (``status.from_os_error``); our deadline, or a connection closed mid-response (the server killed or
+        restarted), leaves the connection half-read, so the worker's clients are replaced. The foreign exception,
+        secrets taken out, is the cause."""
         try:
             yield
         except CallError:
@@ -194,8 +227,12 @@ class HttpTransport(Transport):
             clean = scrub(exc)
             raise CallError(Status.INTERNAL, f"{type(exc).__name__}: {clean}") from clean
 
-    def _control(self, fn: Callable[[Client], T], timeout_s: float, *, inference: bool = False) -> T:
+    def _on_worker(self, fn: Callable[[_Clients], T], timeout_s: float, *, inference: bool = False) -> T:
         return self._workers.call(lambda: self._run(fn, timeout_s, inference=inference), timeout_s=timeout_s)
+
+    def _control(self, fn: Callable[[Client], T], timeout_s: float) -> T:
+        """``fn`` with this worker's tritonclient client."""
+        return self._on_worker(lambda clients: fn(clients.control), timeout_s)
 
     def infer(
         self,
@@ -207,26 +244,14 @@ class HttpTransport(Transport):
         timeout_s: float,
         parameters: Mapping[str, str | int | bool] | None = None,
     ) -> WireResult:
-        tensors, requested = self._requests.build(inputs, outputs)
-        json_body = not (self._binary and any(spec.data is not None for spec in inputs))
-        result = self._control(
-            lambda c: c.infer(
-                model,
-                tensors,
-                model_version=version,
-                outputs=requested,
-                parameters=parameters,
-                headers={"Content-Type": _JSON} if json_body else None,
-            ),
-            timeout_s,
-            inference=True,
-        )
-        return _HttpResult(result)
+        body, described = self._heads.get(model, version, inputs, outputs, parameters)
+        headers = {**self._headers, **described}
+        path = infer_path(model, version)
+        return self._on_worker(lambda clients: _infer(clients.infer, path, body, headers), timeout_s, inference=True)
 
     # -- control calls ----------------------------------------------------------------------------
     def use_binary_tensors(self, binary: bool) -> None:
-        self._requests = RequestBuilder(httpclient, binary={"binary_data": binary})
-        self._binary = binary
+        self._heads = _heads(binary)
 
     def is_model_ready(self, model: str, version: str, *, timeout_s: float) -> bool:
         return bool(self._control(lambda c: c.is_model_ready(model, version), timeout_s))
@@ -242,27 +267,14 @@ class HttpTransport(Transport):
         return json_format.ParseDict(raw, pb.ModelConfig(), ignore_unknown_fields=True)
 
     def repository_index(self, *, timeout_s: float) -> list[dict[str, Any]]:
-        return [dict(m) for m in self._control(lambda _: self._repository_index(), timeout_s)]
+        return [dict(m) for m in self._on_worker(lambda clients: self._repository_index(clients.infer), timeout_s)]
 
-    def _repository_index(self) -> Any:
+    def _repository_index(self, client: HTTPClient) -> Any:
         """``POST v2/repository/index`` with ``{}`` as its body (Triton's repository extension): tritonclient's
         ``get_model_repository_index`` sends none, which Triton takes and MLServer refuses (422, "Field
-        required"), so this one call is made with geventhttpclient's own client, on this worker's thread."""
-        scheme = "https" if self._ssl else "http"
-        client = HTTPClient.from_url(
-            URL(f"{scheme}://{self._address}"),
-            connection_timeout=_SOCKET_TIMEOUT_S,
-            network_timeout=_SOCKET_TIMEOUT_S,
-            ssl_context_factory=self._context_factory,
-        )
-        try:
-            response = client.post("/v2/repository/index", body="{}", headers={**self._headers, "Content-Type": _JSON})
-            body = response.read()
-        finally:
-            client.close()
-        if response.status_code != 200:
-            raise from_http_status(response.status_code, _error_text(body))
-        return json.loads(body)
+        required"), so this one control call goes through the worker's geventhttpclient client."""
+        data, _ = _post(client, "/v2/repository/index", b"{}", {**self._headers, "Content-Type": JSON_TYPE})
+        return json.loads(data)
 
     def statistics(self, model: str, *, timeout_s: float) -> dict[str, Any]:
         return dict(self._control(lambda c: c.get_inference_statistics(model), timeout_s))
@@ -284,6 +296,30 @@ class HttpTransport(Transport):
         self.end_calls()
 
 
+def _post(client: HTTPClient, path: str, body: bytes, headers: Mapping[str, str]) -> tuple[Any, Any]:
+    """POST ``body``; the whole response body (its content encoding undone) and the response (a 200; any other
+    status is raised as a ``CallError``)."""
+    response = client.post(path, body=body, headers=headers)
+    data = response.read()
+    if response.status_code != 200:
+        raise from_http_status(response.status_code, _error_text(bytes(data)))
+    return decoded(data, _header(response, "Content-Encoding")), response
+
+
+def _infer(client: HTTPClient, path: str, body: bytes, headers: Mapping[str, str]) -> HttpResult:
+    data, response = _post(client, path, body, headers)
+    length = _header(response, HEADER_LENGTH)
+    return HttpResult(data, None if length is None else int(length))
+
+
+def _header(response: Any, name: str) -> str | None:
+    """A response header's value (geventhttpclient gives a list for one sent twice: refused)."""
+    value = response.get(name)
+    if isinstance(value, list):
+        raise CallError(Status.INTERNAL, f"the response carries header {name} {len(value)} times")
+    return value if value is None else str(value)
+
+
 def _error_text(body: bytes) -> str:
     """The ``error`` of an Open Inference Protocol error body (``{"error": "..."}``), else the body as text;
     secrets taken out (a proxy may echo what it was sent)."""
@@ -293,26 +329,3 @@ def _error_text(body: bytes) -> str:
     except (ValueError, AttributeError):
         error = None
     return redact(str(error) if error else (text or "the server sent an empty response"))
-
-
-class _HttpResult(WireResult):
-    def __init__(self, result: httpclient.InferResult) -> None:
-        self._result = result
-
-    def _output(self, name: str) -> dict[str, Any]:
-        output = self._result.get_output(name)
-        if output is None:
-            raise CallError(Status.INTERNAL, f"the response has no output {name!r}")
-        return dict(output)
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(int(d) for d in self._output(name)["shape"])
-
-    def datatype(self, name: str) -> str:
-        return str(self._output(name)["datatype"])
-
-    def array(self, name: str) -> np.ndarray:
-        array = self._result.as_numpy(name)
-        if array is None:
-            raise CallError(Status.INTERNAL, f"the response carries no data for output {name!r}")
-        return conform(np.asarray(array), self.datatype(name))
