@@ -9,13 +9,9 @@ folder of the process.
 from __future__ import annotations
 
 import os
-import queue
 import signal
-import subprocess
-import sys
 import tempfile
 import textwrap
-import threading
 import time
 from pathlib import Path
 
@@ -25,7 +21,8 @@ from monai_triton_ops import exits
 from monai_triton_ops.backends import inprocess_server
 
 from .. import triton_models
-from .test_inprocess import CRASH_SIGNS, ROOT, _stubs_of
+from .exit_child import Child, exit_phase
+from .test_inprocess import CRASH_SIGNS, _stubs_of
 
 pytestmark = [pytest.mark.triton]
 
@@ -60,50 +57,6 @@ print("last line", time.monotonic(), flush=True)
 """
 
 
-class Child:
-    """The child process; its stdout read line by line on a thread, its stderr into a file."""
-
-    def __init__(self, repo: Path, code: str, stderr: Path) -> None:
-        self._stderr = stderr
-        with stderr.open("w") as sink:
-            self.process = subprocess.Popen(
-                [sys.executable, "-c", code, str(repo)], cwd=ROOT, stdout=subprocess.PIPE, stderr=sink, text=True,
-                env={**os.environ, "PYTHONPATH": str(ROOT)},
-            )  # fmt: skip
-        self.lines: queue.Queue[str] = queue.Queue()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-        self.stdout: list[str] = []
-        self.pid = int(self.expect("pid ").split()[1])
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.put(line.rstrip("\n"))
-
-    def expect(self, start: str) -> str:
-        """The next line of stdout, which must start with ``start``."""
-        try:
-            line = self.lines.get(timeout=120)
-        except queue.Empty:
-            line = ""
-        self.stdout.append(line)
-        assert line.startswith(start), f"{line!r} instead of {start!r}: {self.stderr()[-3000:]}"
-        return line
-
-    def finish(self) -> float:
-        """Wait for the end of the process; returns the monotonic time it was seen ended."""
-        self.process.wait(timeout=120)
-        ended = time.monotonic()
-        self._reader.join(timeout=30)
-        while not self.lines.empty():
-            self.stdout.append(self.lines.get())
-        return ended
-
-    def stderr(self) -> str:
-        return self._stderr.read_text(errors="replace")
-
-
 def run_child(tmp_path: Path, repo: Path, *, end: str = "", query: str = "", model: str = "very_slow",
               max_in_flight: int = 8, install: bool = False) -> Child:  # fmt: skip
     code = CHILD.format(
@@ -114,12 +67,6 @@ def run_child(tmp_path: Path, repo: Path, *, end: str = "", query: str = "", mod
         end=textwrap.dedent(end),
     )
     return Child(repo, code, tmp_path / "stderr.txt")
-
-
-def exit_phase(child: Child, ended: float) -> float:
-    last = [line for line in child.stdout if line.startswith("last line ")]
-    assert last, child.stdout
-    return ended - float(last[0].split()[2])
 
 
 def assert_nothing_left(child: Child, codes: tuple[int, ...]) -> None:

@@ -12,6 +12,13 @@ server (``fleet.FAILOVER``) goes at once to another server this request has not 
 been tried, a transient error waits its :class:`Backoff` (ended early by a cancel) and a new round starts
 while ``retries`` and the deadline allow; an error the model reported, or the deadline, ends the loop; with
 ``fallback=torch`` a request no server can take runs in this process (``fallback.py``).
+
+``close(timeout_s=T)`` waits up to T for the requests in flight (the contract's), then abandons the rest at once:
+their calls end (``Transport.end_calls``: an HTTP worker's call is ended; gRPC's end with their channel), the
+shared memory regions not in use get what is left of T (at least ``REGIONS_GRACE_S``) to be unregistered, and
+those the server still holds (the abandoned requests') are unlinked and handed to the janitor. At interpreter
+exit ``exit_hook.py`` closes what is open with ``timeout_s=0``. ``docs/remote.md`` ("Work in flight at the end")
+gives the times.
 """
 
 from __future__ import annotations
@@ -33,9 +40,10 @@ from ...errors import (
 )
 from ...server.health import CONTROL_TIMEOUT_S
 from ...signature import ModelSignature
-from ..base import Availability, BaseBackend, InferRequest
+from ..base import CLOSE_TIMEOUT_S, Availability, BaseBackend, InferRequest
 from ..options import BackendOptions
 from ..status import CallError, Status, to_public
+from . import exit_hook
 from .endpoints import spec_endpoints
 from .exchange import Exchange, Outputs
 from .fallback import TorchFallback
@@ -49,6 +57,10 @@ from .transports.tls import check_tls_options
 from .volume import served_name
 
 logger = logging.getLogger(__name__)
+
+#: What closing gives the shared memory regions beyond ``close()``'s own deadline: time to unregister those no
+#: request uses (the server may refuse "in use" a moment after a response). An abandoned request's is not waited for.
+REGIONS_GRACE_S = 1.0
 
 
 @dataclass
@@ -131,6 +143,7 @@ class RemoteBackend(BaseBackend):
         self._fleet: Fleet | None = None
         self._exchange: Exchange | None = None
         self._any_thread = False  # whether infer() may run on the caller's thread (the transports say, at open)
+        self._close_by: float | None = None  # close()'s deadline, which the regions' end keeps too
         check_tls_options(self.endpoints, options)
 
     @property
@@ -181,6 +194,7 @@ class RemoteBackend(BaseBackend):
                 self._fallback.close()
             raise
         self._fleet, self._exchange = opened.fleet, opened.exchange
+        exit_hook.watch(self)  # after the regions' own exit hook: this one runs first (see exit_hook.py)
         self._any_thread = opened.fleet.any_thread
         via = "the request body" if opened.exchange.pool is None else "system shared memory"
         logger.info("%r: %d server(s), tensors via %s", self, len(opened.fleet.servers), via)
@@ -277,14 +291,24 @@ class RemoteBackend(BaseBackend):
             )
         return exc
 
+    def close(self, timeout_s: float | None = None) -> None:
+        """The contract's ``close``; the regions then get what is left of the same deadline (module docstring)."""
+        self._close_by = time.monotonic() + (CLOSE_TIMEOUT_S if timeout_s is None else max(0.0, timeout_s))
+        super().close(timeout_s)
+
     def _close(self) -> None:
-        """Regions retired, channels closed, the fallback unloaded; the contract stops the pool after this."""
+        """Calls still out ended, regions retired, channels closed, the fallback unloaded; the contract stops the
+        pool after this (its HTTP workers are free by then: their calls have ended)."""
         exchange, self._exchange = self._exchange, None
         fleet, self._fleet = self._fleet, None
+        exit_hook.forget(self)
         if os.getpid() != self._pid:  # a forked child: the parent's channels, threads and regions are not ours
             return
+        if fleet is not None:
+            fleet.end_calls()
         if exchange is not None and exchange.pool is not None:
-            exchange.pool.close(time.monotonic() + CONTROL_TIMEOUT_S)
+            close_by = self._close_by if self._close_by is not None else time.monotonic()
+            exchange.pool.close(max(close_by, time.monotonic() + REGIONS_GRACE_S))
         if fleet is not None:
             fleet.close()
         if self._fallback is not None:

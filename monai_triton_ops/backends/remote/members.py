@@ -206,6 +206,13 @@ class Members(ABC):
         except CallError as exc:
             raise to_public(exc, model=self.model, url=server.label) from exc
 
+    def end_calls(self) -> None:
+        """Every server's inference calls still out end now (``Transport.end_calls``); control calls still work."""
+        with self._lock:
+            transports = [t for s in self._servers for t in (s.transport, *s.stale)]
+        for transport in transports:
+            transport.end_calls()
+
     def close(self) -> None:
         with self._lock:
             self._closed = True

@@ -10,6 +10,8 @@ lines on a pipe (its stdin)::
     server N <json>     how to reach server N: the client's own endpoint, TLS material and headers
     add NAME N          region NAME is registered on server N
     drop NAME           the client unregistered NAME itself
+    retire NAME         the client gave up on NAME at a close (the server still holds it for a request it runs):
+                        unregister it as soon as the server lets go, while the client runs on
 
 When the pipe ends (the client exited, whatever way), it unregisters what is still listed, on the server
 each region is on and with the client's own connection settings (a server with TLS, mutual TLS,
@@ -114,6 +116,13 @@ class Janitor:
         with self._lock:
             if self._pid == os.getpid():
                 self._write(f"drop {name}\n")
+
+    def retire(self, name: str) -> None:
+        """The client gave up on region ``name`` (unlinked; the server still holds it): unregister it once the
+        server lets go, now rather than once this process is gone (a long-lived process closes backends too)."""
+        with self._lock:
+            if self._pid == os.getpid():
+                self._write(f"retire {name}\n")
 
     def _started(self) -> None:
         if self._pid != os.getpid():  # first use, or a forked child: a watcher of its own
@@ -221,8 +230,45 @@ def _load_client_pair(context: ssl.SSLContext, chain: bytes, key: bytes) -> None
             os.unlink(path)
 
 
-def _follow(lines: IO[str]) -> dict[str, ServerAccess]:
-    """Read the pipe until it ends; what is still registered then, and where."""
+class _Retirer:
+    """Regions the client gave up on while it runs, unregistered on a thread of their own: retried every ``_RETRY_S``
+    for ``_GIVE_UP_S``. They stay listed: the end's cleanup unregisters them again, which the server takes for done
+    when it already is (unregistering a name it does not know succeeds)."""
+
+    def __init__(self) -> None:
+        self._pending: dict[str, tuple[ServerAccess, float]] = {}
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def add(self, name: str, access: ServerAccess) -> None:
+        with self._changed:
+            self._pending[name] = (access, time.monotonic() + _GIVE_UP_S)
+            self._changed.notify()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="retire", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while not self._pending:
+                    self._changed.wait()
+                pending = list(self._pending.items())
+            for name, (access, give_up) in pending:
+                try:
+                    _unregister(name, access)
+                except Exception as exc:  # "in use" while the server still runs the request: try again
+                    logger.debug("unregister %s: %s", name, exc)
+                    if time.monotonic() < give_up:
+                        continue
+                with self._changed:
+                    self._pending.pop(name, None)
+            time.sleep(_RETRY_S)
+
+
+def _follow(lines: IO[str], retire: Callable[[str, ServerAccess], None]) -> dict[str, ServerAccess]:
+    """Read the pipe until it ends (handing regions given up on to ``retire``); what is still registered then, and
+    where."""
     servers: dict[str, ServerAccess] = {}
     live: dict[str, ServerAccess] = {}
     for line in lines:
@@ -234,6 +280,8 @@ def _follow(lines: IO[str]) -> dict[str, ServerAccess]:
             live[first] = servers[second]
         elif verb == "drop":
             live.pop(first, None)
+        elif verb == "retire" and first in live:
+            retire(first, live[first])
     return live
 
 
@@ -242,7 +290,7 @@ def main(argv: list[str]) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     pid = argv[0]
-    live = _follow(sys.stdin)
+    live = _follow(sys.stdin, _Retirer().add)
     deadline = time.monotonic() + _GIVE_UP_S
     while live and time.monotonic() < deadline:  # "in use" while the server still runs a cut-off request
         for name, access in list(live.items()):

@@ -150,6 +150,11 @@ class RegionPool:
         if old is not None:
             self._retire(old, deadline)
         region = SystemRegion(size)
+        # The janitor hears of it before the server does: a process killed between the two would leave it
+        # registered for good. Unregistering a name the server does not know succeeds, so a registration that
+        # failed (or whose answer never came) stays with the janitor too.
+        janitor.add(region.name, self._access)
+        region.announced = True
         try:
             timeout = _time_to_register(deadline)  # what is left after retiring the old region
             self._transport.register_system_shm(region.name, region.key, region.byte_size, timeout_s=timeout)
@@ -157,8 +162,6 @@ class RegionPool:
             region.close(unregister=False)
             raise
         region.unregister = self._unregister
-        janitor.add(region.name, self._access)
-        region.announced = True
         slot.region = region
         self.registrations += 1
         logger.debug("registered shared memory region %s (%d bytes)", region.name, region.byte_size)
@@ -279,12 +282,19 @@ class RegionPool:
             self._quarantined.discard(slot)
         return True
 
-    def close(self, deadline: float) -> None:
-        """Unregister and unlink every region, waiting until ``deadline`` for requests still out to end.
+    def _retired_by(self, slot: Slot, deadline: float) -> bool:
+        """Whether a quarantined slot is gone: unregistered (a call ending by ``deadline``) and unlinked."""
+        timeout = _call_timeout(deadline)
+        return timeout > 0 and self._try_retire(slot, timeout)
 
-        A slot whose request is still out comes back (released or quarantined) when its response or
-        error arrives; a quarantined one is unregistered as soon as the server lets go. What is left
-        at the deadline is unlinked (the server keeps its mapping until it restarts).
+    def close(self, deadline: float) -> None:
+        """Unregister and unlink every region, retrying until ``deadline`` (every call ends by then too).
+
+        The backend has ended or abandoned its calls still out (``Transport.end_calls``): their slots are not
+        waited for (the server holds their regions until it has run their requests, whenever the call ends). The
+        free, leased and quarantined slots are unregistered, retried until the deadline while the server has not
+        let go. What is left is unlinked now (the server keeps its mapping) and handed to the janitor, which
+        unregisters it once the server lets go.
         """
         with self._lock:
             self._closed = True
@@ -296,19 +306,30 @@ class RegionPool:
             self._quarantined.update(s for s in [*free, *self._leased] if s.region is not None)
         while True:
             with self._lock:
-                busy, pending = len(self._busy), list(self._quarantined)
-            pending = [s for s in pending if not self._try_retire(s)]
-            if (not busy and not pending) or time.monotonic() >= deadline:
+                pending = list(self._quarantined)
+            for slot in pending:
+                self._retired_by(slot, deadline)
+            with self._lock:  # read again: a slot whose response came meanwhile was quarantined too
+                pending = list(self._quarantined)
+            if not pending or time.monotonic() >= deadline:
                 break
             time.sleep(_REAP_INTERVAL_S)
         with self._lock:
             self._finished = True
             left = [*self._quarantined, *self._busy]
             self._quarantined.clear()
-        for slot in left:
-            logger.warning("shared memory region %s still in use by the server at close; unlinking it", slot.region)
-            if slot.region is not None:
-                slot.region.close(unregister=False)
+        regions = [slot.region for slot in left if slot.region is not None]
+        if regions:
+            logger.warning(
+                "%d shared memory region(s) still in use by the server at close (requests it still runs); unlinked "
+                "now, unregistered by the janitor once the server lets go: %s",
+                len(regions),
+                ", ".join(r.name for r in regions),
+            )
+        for region in regions:
+            if region.announced:
+                janitor.retire(region.name)
+            region.close(unregister=False)
 
 
 def open_pool(

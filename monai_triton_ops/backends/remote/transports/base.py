@@ -163,8 +163,15 @@ class Transport(ABC):
         """Names of the system shared memory regions registered on the server (by anyone)."""
 
     @abstractmethod
+    def end_calls(self) -> None:
+        """End every inference call still out now (``CANCELLED``) and refuse new ones; control calls still work
+        (closing unregisters its shared memory regions through them). The backend's ``close()`` calls it first:
+        its requests in flight are abandoned, and nothing then waits for them. A transport whose ``close()`` ends
+        its calls at once (gRPC: closing the channel does) may leave them to it."""
+
+    @abstractmethod
     def close(self) -> None:
-        """Release connections; calls still out end at once (gRPC) or at their deadline (HTTP); idempotent."""
+        """Release connections; calls still out end at once; idempotent."""
 
 
 class Heads(Generic[H]):

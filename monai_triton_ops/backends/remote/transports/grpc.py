@@ -215,6 +215,10 @@ class GrpcTransport(Transport):
         status = self._call(self._stub.SystemSharedMemoryStatus, request, timeout_s)
         return sorted(status.regions)
 
+    def end_calls(self) -> None:
+        """Nothing yet: ``close()`` ends the calls still out, once the shared memory regions have been unregistered
+        through the channel it closes (the calls need no free thread for that, unlike HTTP's)."""
+
     def close(self) -> None:
         """Close the channel: calls still out end at once (``CANCELLED``), later ones are refused."""
         self._closed = True

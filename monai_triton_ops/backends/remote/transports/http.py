@@ -8,6 +8,11 @@ handed to a worker and waited for. A worker ending closes its clients and destro
 timeouts are fixed per client, so each call runs under a ``gevent.Timeout`` of its own deadline; after a
 timeout or a socket error the connection may be half-read, and the worker replaces its clients.
 
+Closing cannot wait for inference calls still out (a request's deadline is 2 minutes by default), and no other
+thread may touch a worker's client; so ``end_calls()`` ends them the way their ``gevent.Timeout`` would: each
+worker's gevent loop is asked (``loop.run_callback_threadsafe``, the one call gevent allows from another thread)
+to raise into the call it runs, which then fails ``CANCELLED`` at once and the worker replaces its clients.
+
 Inference goes through geventhttpclient's ``HTTPClient`` (what tritonclient's HTTP client uses underneath), its
 request body written and its response read by ``http_wire.py``: a tensor is copied once into the body where
 tritonclient copies it twice, and a response is read in ``RECV_BLOCK_BYTES`` blocks (geventhttpclient reads
@@ -21,7 +26,8 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import gevent
@@ -62,6 +68,19 @@ _HUB = threading.local()
 
 class _Deadline(Exception):
     """Raised inside a worker by ``gevent.Timeout`` when a call's deadline passes."""
+
+
+class _Ended(BaseException):
+    """Raised inside a worker's inference call by ``end_calls()`` (the backend is closing); a ``BaseException``, as
+    ``gevent.Timeout`` is, so that no library's ``except Exception`` on the way takes it for its own error."""
+
+
+@dataclass(frozen=True, eq=False)
+class _Call:
+    """An inference call in progress on a worker: its thread's gevent hub and the greenlet waiting in it."""
+
+    hub: Any
+    greenlet: Any
 
 
 def _destroy_hub() -> None:
@@ -106,6 +125,9 @@ class HttpTransport(Transport):
         self._context_factory = http_context_factory(settings.credentials) if endpoint.tls else None
         self._plugin = settings.credentials.plugin(self.protocol)
         self._workers = workers
+        self._calls: dict[int, _Call] = {}  # each worker's inference call in progress, by thread
+        self._calls_lock = threading.Lock()
+        self._ended = False  # end_calls() was called: no inference call starts any more
         workers.at_thread_exit(_destroy_hub)
 
     def _new_clients(self) -> Made[_Clients]:
@@ -134,13 +156,41 @@ class HttpTransport(Transport):
         clients = _Clients(infer, control)
         return clients, clients.close
 
-    def _run(self, fn: Callable[[_Clients], T], timeout_s: float) -> T:
-        """``fn(clients)`` with this worker's clients, under the deadline (on a worker thread)."""
+    def _run(self, fn: Callable[[_Clients], T], timeout_s: float, *, inference: bool = False) -> T:
+        """``fn(clients)`` with this worker's clients, under the deadline (on a worker thread); an ``inference``
+        call also ends when ``end_calls()`` is called."""
         if timeout_s <= 0:
             raise CallError(Status.DEADLINE, "the deadline passed before the call could start")
         clients = self._workers.local(self, self._new_clients)
-        with self._mapped(), gevent.Timeout(timeout_s, _Deadline):
+        with self._mapped(), self._endable() if inference else nullcontext(), gevent.Timeout(timeout_s, _Deadline):
             return fn(clients)
+
+    @contextmanager
+    def _endable(self) -> Iterator[None]:
+        """The calling worker's inference call, listed for ``end_calls()`` while it runs."""
+        me = threading.get_ident()
+        with self._calls_lock:
+            if self._ended:
+                raise CallError(Status.CANCELLED, "the backend is closing")
+            self._calls[me] = _Call(gevent.get_hub(), gevent.getcurrent())
+        try:
+            yield
+        finally:
+            with self._calls_lock:  # before this thread can end and destroy its hub: end_calls() may still post to it
+                del self._calls[me]
+
+    def end_calls(self) -> None:
+        """Every inference call in progress fails ``CANCELLED`` at once, and no new one starts (see the module
+        docstring); control calls still run. From any thread."""
+        with self._calls_lock:  # held: no listed call can end, and its hub go, while it is posted to
+            self._ended = True
+            for me, call in self._calls.items():
+                call.hub.loop.run_callback_threadsafe(self._end_call, me, call)
+
+    def _end_call(self, me: int, call: _Call) -> None:
+        """On the worker's own gevent loop: raise into its call, if that call still runs (not a later one)."""
+        if self._calls.get(me) is call:
+            call.greenlet.throw(_Ended)
 
     @contextmanager
     def _mapped(self) -> Iterator[None]:
@@ -157,6 +207,9 @@ class HttpTransport(Transport):
         except _Deadline as exc:
             self._workers.discard(self)
             raise CallError(Status.DEADLINE, "no answer before the deadline") from exc
+        except _Ended as exc:
+            self._workers.discard(self)
+            raise CallError(Status.CANCELLED, "the backend closed with this call still out") from exc
         except InferenceServerException as exc:
             clean = scrub(exc)
             raise from_http_status(exc.status(), str(clean.message() or clean)) from clean
@@ -174,8 +227,8 @@ class HttpTransport(Transport):
             clean = scrub(exc)
             raise CallError(Status.INTERNAL, f"{type(exc).__name__}: {clean}") from clean
 
-    def _on_worker(self, fn: Callable[[_Clients], T], timeout_s: float) -> T:
-        return self._workers.call(lambda: self._run(fn, timeout_s), timeout_s=timeout_s)
+    def _on_worker(self, fn: Callable[[_Clients], T], timeout_s: float, *, inference: bool = False) -> T:
+        return self._workers.call(lambda: self._run(fn, timeout_s, inference=inference), timeout_s=timeout_s)
 
     def _control(self, fn: Callable[[Client], T], timeout_s: float) -> T:
         """``fn`` with this worker's tritonclient client."""
@@ -194,7 +247,7 @@ class HttpTransport(Transport):
         body, described = self._heads.get(model, version, inputs, outputs, parameters)
         headers = {**self._headers, **described}
         path = infer_path(model, version)
-        return self._on_worker(lambda clients: _infer(clients.infer, path, body, headers), timeout_s)
+        return self._on_worker(lambda clients: _infer(clients.infer, path, body, headers), timeout_s, inference=True)
 
     # -- control calls ----------------------------------------------------------------------------
     def use_binary_tensors(self, binary: bool) -> None:
@@ -238,7 +291,9 @@ class HttpTransport(Transport):
         return sorted(str(r["name"]) for r in regions)
 
     def close(self) -> None:
-        """Nothing to do here: each worker closes its own client as it ends (``Workers.stop``)."""
+        """Inference calls still out end at once (``end_calls``); each worker closes its own client as it ends
+        (``Workers.stop``)."""
+        self.end_calls()
 
 
 def _post(client: HTTPClient, path: str, body: bytes, headers: Mapping[str, str]) -> tuple[Any, Any]:

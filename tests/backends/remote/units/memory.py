@@ -260,5 +260,8 @@ class MemoryTransport(Transport):
         self._check()
         return self.server.registered()
 
+    def end_calls(self) -> None:
+        """Nothing to end: the stand-in's calls never wait."""
+
     def close(self) -> None:
         self.closed += 1

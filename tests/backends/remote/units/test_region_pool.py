@@ -242,8 +242,8 @@ def test_close_retires_every_slot_free_leased_busy_and_quarantined(
     with pytest.raises(CallError) as caught:
         pool.acquire(PAGE)
     assert caught.value.status is Status.CANCELLED
+    pool.release(busy)  # the response of the request still out arrives while close() still retries ``stuck``
     server.let_go(name_of(stuck))
-    pool.release(busy)  # the response of the request still out arrives
     closer.join(WAIT_S)
     assert not closer.is_alive()
     assert not set(names) & set(server.registered())
@@ -261,8 +261,8 @@ def test_close_at_its_deadline_unlinks_a_region_the_server_never_lets_go(
     with caplog.at_level(logging.WARNING, logger=pool_module.__name__):
         pool.close(time.monotonic())  # the deadline has passed: one try, then the file goes
     assert not (SHM_DIR / stuck).exists()
-    assert f"shared memory region <SystemRegion {stuck}" in caplog.text
     assert "still in use by the server at close" in caplog.text
+    assert stuck in caplog.text
     # What the janitor process would do once this process exits, done here so it has nothing left to retry.
     server.let_go(stuck)
     server.unregister(stuck)
