@@ -91,7 +91,7 @@ def main(mode: str, spec: str, model: str, options: str = "{}") -> int:
             raise RuntimeError(f"shared memory region '{name}' is currently in use (simulated)")
 
         transport.unregister_system_shm = refuse
-        backend.close()
+        backend.close(timeout_s=2)  # retried until then, then handed to the janitor
         print("closed", json.dumps(mine), flush=True)
         return 0
     raise SystemExit(f"unknown mode {mode!r}")
