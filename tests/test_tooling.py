@@ -7,6 +7,7 @@ project's own configuration from ``pyproject.toml``.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -183,3 +184,32 @@ def test_the_worker_groups_name_what_is_on_disk() -> None:
     assert xdist_group_of("tests/bindings/test_server.py::test_x[a-b]") == "bindings"
     assert xdist_group_of("tests/backends/remote/test_fleet.py::test_y") == "tests/backends/remote/test_fleet.py"
     assert xdist_group_of("tests/test_docs.py::test_z[README.md:1]") == "tests/test_docs.py"
+
+
+def test_cpu_per_test_puts_a_childs_cpu_on_the_test_that_started_it(tmp_path: Path) -> None:
+    """``tools/cpu_per_test.py``: the CPU of a process a test starts is that test's, a sleep costs none, and the
+    summary ranks the files by CPU."""
+    (tmp_path / "test_burn.py").write_text(
+        "import subprocess, sys, time\n"
+        "def test_child_burns():\n"
+        "    subprocess.run([sys.executable, '-c', 'import time\\nt = time.process_time()\\n"
+        "while time.process_time() - t < 0.5: pass'], check=True)\n"
+    )
+    (tmp_path / "test_sleep.py").write_text("import time\ndef test_sleeps():\n    time.sleep(0.5)\n")
+    records = tmp_path / "records"
+    env = {**os.environ, "CPU_PER_TEST_DIR": str(records), "PYTHONPATH": str(ROOT / "tools")}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "cpu_per_test", "-p", "no:cacheprovider", "-o", "addopts="]
+    result = subprocess.run([*command, str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=120, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:]
+    recorded = json.loads((records / "main.json").read_text())
+    burn, sleep = recorded["test_burn.py::test_child_burns"], recorded["test_sleep.py::test_sleeps"]
+    assert burn["children"] >= 0.45, burn
+    assert sleep["wall"] >= 0.5, sleep
+    assert sleep["self"] + sleep["children"] < 0.2, sleep
+    summary = _run(sys.executable, ROOT / "tools" / "cpu_per_test.py", records, "--tests", "1", cwd=tmp_path)
+    assert summary.returncode == 0, summary.stderr
+    lines = summary.stdout.splitlines()
+    assert lines[0].startswith("2 tests: ")
+    assert [line.split()[-1] for line in lines[2:4]] == ["test_burn.py", "test_sleep.py"], lines
+    assert lines[-1].endswith("test_burn.py::test_child_burns")
