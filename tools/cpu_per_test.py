@@ -58,7 +58,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     folder = Path(os.environ.get("CPU_PER_TEST_DIR", DEFAULT_DIR))
     folder.mkdir(parents=True, exist_ok=True)
-    name = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    name = getattr(session.config, "workerinput", {}).get("workerid", "main")  # xdist gives its workers one
     (folder / f"{name}.json").write_text(json.dumps(_records, indent=0))
 
 
