@@ -12,7 +12,9 @@ Cleanup, whatever ends the process:
 
 - ``close()`` (the backend's close): unregister on the server, then unmap and unlink.
 - ``atexit``: the same for every region still alive (a Python exit: the end of the script, ``sys.exit``,
-  an exception, a host program's signal handler that exits that way).
+  an exception, a host program's signal handler that exits that way). A region is created and tracked under the
+  same lock that sweep takes, and none is created once it has begun: a worker thread still running a request
+  at exit (daemon threads run on while the interpreter finalises) cannot leave a file nobody unlinks.
 - After ``fork()`` the child forgets the parent's regions, so its exit never unlinks them.
 - Whatever else ends it (a signal's default action, SIGKILL, Holoscan's own SIGTERM handling, an exit
   from C++, ``os._exit``): the janitor process (``janitor.py``) unregisters, with the client's own
@@ -57,10 +59,15 @@ _live: dict[str, SystemRegion] = {}
 _token = secrets.token_hex(4)
 _counter = count()
 _hooks_installed = False
+_exiting = False  # close_all() has begun: no region is created after it
 
 
 class ShmSpaceError(OSError):
     """``/dev/shm`` has too little free space for a planned region (tmpfs would SIGBUS on the first write)."""
+
+
+class RegionRefusedError(RuntimeError):
+    """No region is created once the process has begun to exit (``close_all`` has run or is running)."""
 
 
 def _name() -> str:
@@ -73,6 +80,20 @@ class SystemRegion:
     def __init__(self, byte_size: int) -> None:
         size = max(PAGE, -(-byte_size // PAGE) * PAGE)
         check_free_space(size)
+        self.byte_size = size
+        self.pid = os.getpid()
+        self.unregister: Unregister | None = None
+        self.announced = False  # the janitor knows it (it is registered on a server)
+        self._closed = False
+        with _lock:  # the file exists only while tracked: close_all() never misses one (the module's docstring)
+            if _exiting:
+                raise RegionRefusedError("the process is exiting: no new shared memory region is created")
+            self.name = self._create(size)
+            self.key = "/" + self.name
+            _track(self)
+
+    def _create(self, size: int) -> str:
+        """Create, size and map a new file in ``/dev/shm`` under a name nobody holds; its name."""
         while True:
             name = _name()
             try:
@@ -85,18 +106,11 @@ class SystemRegion:
             os.ftruncate(fd, size)
             self._mmap: mmap.mmap | None = mmap.mmap(fd, size)
         except BaseException:
-            os.close(fd)
             _unlink(name)
             raise
-        os.close(fd)
-        self.name = name
-        self.key = "/" + name
-        self.byte_size = size
-        self.pid = os.getpid()
-        self.unregister: Unregister | None = None
-        self.announced = False  # the janitor knows it (it is registered on a server)
-        self._closed = False
-        _track(self)
+        finally:
+            os.close(fd)
+        return name
 
     @property
     def closed(self) -> bool:
@@ -187,8 +201,10 @@ def _untrack(region: SystemRegion) -> None:
 
 
 def close_all() -> None:
-    """Close every region this process created (``atexit`` calls it)."""
+    """Close every region this process created, and refuse new ones from then on (``atexit`` calls it)."""
+    global _exiting
     with _lock:
+        _exiting = True
         regions = [r for r in _live.values() if r.pid == os.getpid()]
     for region in regions:
         region.close()
@@ -205,8 +221,9 @@ def _install_hooks() -> None:
 
 
 def _forget_parent_regions() -> None:
-    global _lock
+    global _lock, _exiting
     _lock = threading.RLock()  # another parent thread may have held it at fork time
+    _exiting = False  # a child forked while its parent exits still runs its own program
     _live.clear()  # the parent's: never unlinked by this child (hooks are inherited and find only the child's own)
 
 
