@@ -28,14 +28,21 @@ pytestmark = pytest.mark.slow
 sys.path.insert(0, str(APP))
 from atlas import dice  # noqa: E402
 
+from .. import warm_python  # noqa: E402
+
 if TYPE_CHECKING:
     from monai_triton_ops.server import LocalTritonServer
 
 
-def run_app(source: Path, out: Path, *extra: str, models: Path = REPO, env: dict[str, str] | None = None):
+def run_app(
+    source: Path, out: Path, *extra: str, models: Path = REPO, env: dict[str, str] | None = None, fresh: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """``monai-triton exec APP``: forked from a warm interpreter (``tests/warm_python.py``), or ``fresh``."""
     command = [sys.executable, "-m", "monai_triton_ops.cli", "exec", str(APP), "-i", str(source), "-o", str(out)]
     command += ["-m", str(models), "-l", "WARN", *extra]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env, check=False)
+    if fresh:
+        return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env, check=False)
+    return warm_python.run(command, cwd=ROOT, timeout=900, env=env)
 
 
 def _dice(seg_path: Path, labels_path: Path) -> dict[int, float]:
@@ -66,7 +73,7 @@ def test_nifti_in_labels_out_on_the_input_grid_with_dice_above_target(nifti_run:
 
 
 def test_dicom_in_gives_the_same_labels_and_a_dicom_seg(nifti_run: Path, sample_data: Path, tmp_path: Path) -> None:
-    result = run_app(sample_data / "dicom", tmp_path)
+    result = run_app(sample_data / "dicom", tmp_path, fresh=True)  # all a new process prints
     assert result.returncode == 0, result.stderr[-3000:]
     # No warning a user cannot act on (the GPU decoder's absence was two nvimgcodec warnings per DICOM run):
     # the progress bar the app asks for, and the one run line.
@@ -135,7 +142,7 @@ def test_on_a_local_triton_the_app_writes_the_same_labels(
     remote = ["-t", server.http_address] if how == "minus_t" else ["--backend", server.grpc_url]
     command = [sys.executable, str(APP), "-i", str(sample_data / "t1.nii.gz"), "-o", str(tmp_path)]
     command += ["-m", str(REPO), "-l", "WARN", *remote]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
+    result = warm_python.run(command, cwd=ROOT, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     remote_labels = nib.load(tmp_path / "seg.nii.gz")
     local_labels = nib.load(nifti_run / "seg.nii.gz")
@@ -158,9 +165,9 @@ def test_on_the_in_process_triton_the_app_writes_the_same_labels(
         command += ["--backend", "triton"]
     else:
         env["MONAI_TRITON_BACKEND"] = "triton"
-    app = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    _, err = app.communicate(timeout=900)
-    assert app.returncode == 0, err[-3000:]
+    app = warm_python.run(command, cwd=ROOT, timeout=900, env=env)
+    assert app.returncode == 0, app.stderr[-3000:]
+    assert isinstance(app, warm_python.ForkedRun)
     labels = nib.as_closest_canonical(nib.load(tmp_path / "seg.nii.gz"))
     reference = nib.as_closest_canonical(nib.load(nifti_run / "seg.nii.gz"))
     np.testing.assert_array_equal(np.asarray(labels.dataobj), np.asarray(reference.dataobj))

@@ -24,6 +24,7 @@ from monai_triton_ops import InferenceOperator
 from monai_triton_ops.operators.nifti import read_nifti
 from monai_triton_ops.repository.bundle import build_bundle
 
+from .. import warm_python
 from ..bundles.makers import unet_bundle
 from ..operators.test_bundle import Ports
 
@@ -35,7 +36,7 @@ pytestmark = pytest.mark.slow
 
 def run_app(*args: str | Path) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, str(APP), *map(str, args), "--backend", "torch"]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    result = warm_python.run(command, cwd=ROOT, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 

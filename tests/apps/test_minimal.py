@@ -24,6 +24,8 @@ import pytest
 
 from monai_triton_ops.repository.builder import build_repository
 
+from .. import warm_python
+
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "apps" / "minimal"
 MODEL = "minimal_seg"
@@ -31,13 +33,16 @@ MODEL = "minimal_seg"
 pytestmark = pytest.mark.slow
 
 
-def run(*command: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+def run(*command: str | Path, cwd: Path = ROOT, fresh: bool = False) -> subprocess.CompletedProcess[str]:
+    """``python COMMAND``: forked from a warm interpreter (``tests/warm_python.py``), or ``fresh``."""
     args = [sys.executable, *map(str, command)]
-    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
+    if fresh:
+        return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
+    return warm_python.run(args, cwd=cwd, timeout=600)
 
 
-def run_ok(*command: str | Path) -> subprocess.CompletedProcess[str]:
-    result = run(*command)
+def run_ok(*command: str | Path, fresh: bool = False) -> subprocess.CompletedProcess[str]:
+    result = run(*command, fresh=fresh)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 
@@ -85,9 +90,9 @@ def script(path: Path) -> ModuleType:
 
 @pytest.fixture(scope="session")
 def first_run(clone: Clone, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``python APP -i image -o out -m models``: the README's step 4."""
+    """``python APP -i image -o out -m models``: the README's step 4, in a fresh interpreter (all it prints)."""
     out = tmp_path_factory.mktemp("out")
-    result = run_ok(clone.app, "-i", clone.image, "-o", out, "-m", clone.repo)
+    result = run_ok(clone.app, "-i", clone.image, "-o", out, "-m", clone.repo, fresh=True)
     assert_run_line(result.stderr)  # quiet by default: no Holoscan lines, no stack warning; the run line alone
     return out / "seg.nii.gz"
 

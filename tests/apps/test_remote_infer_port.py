@@ -15,7 +15,6 @@ tests that run it are skipped; the size of the migration is checked from the pat
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ import pytest
 
 from monai_triton_ops.server import LocalTritonServer
 
+from .. import warm_python
 from .remote_infer import fixture
 
 UPSTREAM = fixture.upstream_app()
@@ -74,7 +74,7 @@ def run_example(app: Path, base: Path, out: str, *extra: str) -> Path:
     cwd.mkdir()
     command = [sys.executable, str(app), "-i", str(base / "ct"), "-o", str(base / out)]
     command += ["-m", str(app / "models_client_side"), *extra]
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
+    result = warm_python.run(command, cwd=cwd, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     return cwd
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from monai_triton_ops.repository.builder import build_repository
 from monai_triton_ops.repository.volume import wrap_network
 from monai_triton_ops.server import LocalTritonServer
 
+from .. import warm_python
 from ..conftest import nd_format, save_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,9 +58,7 @@ def run_app(source: Path, out: Path, served: tuple[LocalTritonServer, Path], *ex
     server, repo = served
     command = [sys.executable, str(APP), "-i", str(source), "-o", str(out), "-m", str(repo), "-l", "WARN"]
     command += ["--backend", server.grpc_url, *extra]
-    result = subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=900, env={**os.environ, **env}, check=False
-    )
+    result = warm_python.run(command, cwd=ROOT, timeout=900, env={**os.environ, **env})
     assert result.returncode == 0, result.stderr[-3000:]
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("model ")]
     whole = "whole volume to" in line

@@ -41,7 +41,7 @@ from monai_triton_ops.errors import (
 from monai_triton_ops.server.discovery import find_triton_library
 from monai_triton_ops.server.process import proc_stat
 
-from .. import triton_models
+from .. import triton_models, warm_python
 from ..server.conftest import wait_until
 
 pytestmark = [
@@ -529,18 +529,10 @@ def test_an_app_whose_model_stub_cannot_start_exits_3_with_one_line(tmp_path: Pa
     torch.jit.save(torch.jit.script(torch.nn.Identity()), repo / "minimal_seg" / "1" / "model.pt")  # the app checks it
     broken_stub(repo / "minimal_seg" / "triton_python_backend_stub")
     image = tmp_path / "image.nii.gz"
-    made = subprocess.run(
-        [sys.executable, str(ROOT / "apps" / "minimal" / "make_input.py"), "--out", str(image)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    made = warm_python.run([sys.executable, str(ROOT / "apps" / "minimal" / "make_input.py"), "--out", str(image)])
     assert made.returncode == 0, made.stderr[-2000:]
     app = [sys.executable, str(ROOT / "apps" / "minimal"), "-i", str(image), "-o", str(tmp_path / "out")]
-    result = subprocess.run(
-        [*app, "-m", str(repo), "--backend", "triton"], capture_output=True, text=True, timeout=300, check=False
-    )
+    result = warm_python.run([*app, "-m", str(repo), "--backend", "triton"], timeout=300)
     assert result.returncode == 3, result.stderr[-3000:]
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, result.stderr[-3000:]

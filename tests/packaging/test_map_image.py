@@ -38,6 +38,7 @@ import pytest
 from monai_triton_ops import cli
 from monai_triton_ops.server import LocalTritonServer
 
+from .. import warm_python
 from .conftest import APP, MODELS, ROOT
 from .spec import PATHS, app_yaml, check_app_manifest, check_labels, check_package_manifest
 
@@ -143,7 +144,7 @@ def reference(dicom: Path, tmp_path_factory: pytest.TempPathFactory) -> np.ndarr
     out = tmp_path_factory.mktemp("reference")
     command = [sys.executable, "-m", "monai_triton_ops.cli", "exec", str(APP), "-i", str(dicom), "-o", str(out)]
     command += ["-m", str(MODELS), "--backend", "torch", "-l", "WARN"]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
+    result = warm_python.run(command, cwd=ROOT, timeout=RUN_TIMEOUT_S)
     assert result.returncode == 0, result.stderr[-3000:]
     return np.asarray(nib.load(out / "seg.nii.gz").dataobj)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import stat
-import subprocess
 import sys
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from monai_triton_ops.errors import ConfigError
 from monai_triton_ops.repository.builder import build_repository, generate_config
 from monai_triton_ops.repository.config import read_config
 
+from .. import warm_python
 from ..conftest import nd_format
 from .conftest import save_scripted, snapshot
 
@@ -242,7 +242,7 @@ def test_a_mismatch_is_exit_2_from_the_real_command(spleen_model: Path, client_s
     (client_side / "config.pbtxt").write_text(APP_SDK_CONFIG.replace("dims: [ 1, 96", "dims: [ 3, 96"))
     command = [sys.executable, "-m", "monai_triton_ops.cli", "repo", "build", str(spleen_model), "-o",
                str(tmp_path / "repo"), "--like", str(client_side), "--flavor", "python"]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    result = warm_python.run(command, timeout=300)
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("error: model 'spleen_ct' input 0 (INPUT_0): ")
     assert result.stderr.count("\n") == 1

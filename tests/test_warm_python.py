@@ -1,0 +1,83 @@
+"""The warm interpreter the app tests fork from: a forked run must look, to the command, like ``python`` itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from . import warm_python
+
+PROBE = """
+import json, os, resource, sys
+seen = {"argv": sys.argv[1:], "path0": sys.path[0], "cwd": os.getcwd(), "name": __name__,
+        "file": os.path.basename(__file__), "env": os.environ.get("MONAI_TRITON_PROBE"), "stdin": sys.stdin.read(),
+        "main": sys.modules["__main__"].__dict__.get("MARK")}
+print(json.dumps(seen))
+print("to stderr", file=sys.stderr)
+if sys.argv[1] == "raise":
+    raise ValueError("the probe fails")
+sys.exit(int(sys.argv[1]))
+"""
+
+
+Run = subprocess.CompletedProcess[str]
+
+
+def both(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[Run, Run]:
+    fresh = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=60, check=False)
+    forked = warm_python.run(command, cwd=cwd, env=env, timeout=60)
+    assert isinstance(forked, warm_python.ForkedRun), "the command ran fresh: nothing compared"
+    return fresh, forked
+
+
+@pytest.mark.parametrize("how", ["path", "module"])
+def test_a_forked_run_sees_what_a_fresh_python_sees(how: str, tmp_path: Path) -> None:
+    (tmp_path / "probe_main.py").write_text("MARK = 'main'\n" + PROBE)
+    target = [str(tmp_path / "probe_main.py")] if how == "path" else ["-m", "probe_main"]
+    command = [sys.executable, *target]
+    env = {**os.environ, "MONAI_TRITON_PROBE": "set for this run"}
+    fresh, forked = both([*command, "3", "--flag"], tmp_path, env)
+    assert (forked.returncode, forked.stderr) == (fresh.returncode, fresh.stderr) == (3, "to stderr\n")
+    assert json.loads(forked.stdout) == json.loads(fresh.stdout)
+    assert json.loads(forked.stdout)["env"] == "set for this run"
+
+
+def test_an_uncaught_exception_is_a_traceback_and_exit_1(tmp_path: Path) -> None:
+    (tmp_path / "probe_main.py").write_text(PROBE)
+    fresh, forked = both([sys.executable, str(tmp_path / "probe_main.py"), "raise"], tmp_path)
+    assert forked.returncode == fresh.returncode == 1
+    assert forked.stderr.splitlines()[-1] == fresh.stderr.splitlines()[-1] == "ValueError: the probe fails"
+
+
+def test_an_app_gets_the_stack_limit_a_restarted_entry_point_has(tmp_path: Path) -> None:
+    """Holoscan wants 32 MiB stacks: the zygote raised its limit before starting, as every entry point does."""
+    import resource
+
+    (tmp_path / "stack.py").write_text("import resource; print(resource.getrlimit(resource.RLIMIT_STACK)[0])")
+    forked = warm_python.run([sys.executable, str(tmp_path / "stack.py")], cwd=tmp_path, timeout=60)
+    _, hard = resource.getrlimit(resource.RLIMIT_STACK)
+    if hard != resource.RLIM_INFINITY and hard < 32 * 1024 * 1024:
+        pytest.skip("the hard stack limit is below 32 MiB here")
+    assert int(forked.stdout) >= 32 * 1024 * 1024
+
+
+def test_a_run_past_its_timeout_is_killed_and_raises(tmp_path: Path) -> None:
+    (tmp_path / "sleep.py").write_text("import time; print('started', flush=True); time.sleep(300)")
+    with pytest.raises(subprocess.TimeoutExpired) as raised:
+        warm_python.run([sys.executable, str(tmp_path / "sleep.py")], cwd=tmp_path, timeout=3)
+    assert raised.value.output == "started\n"
+    done = warm_python.run([sys.executable, "-m", "json.tool", "--help"], cwd=tmp_path, timeout=60)
+    assert done.returncode == 0  # the zygote still serves
+
+
+def test_an_environment_that_changes_what_imports_read_runs_fresh(tmp_path: Path) -> None:
+    (tmp_path / "pid.py").write_text("import os; print(os.getppid())")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = warm_python.run([sys.executable, str(tmp_path / "pid.py")], cwd=tmp_path, env=env, timeout=60)
+    assert not isinstance(result, warm_python.ForkedRun)
+    assert int(result.stdout) == os.getpid()

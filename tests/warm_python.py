@@ -1,0 +1,303 @@
+"""``python ARGS`` for a test, forked from an interpreter that has already imported torch, MONAI and the App SDK.
+
+Every app and CLI process pays about 4 s of CPU importing torch, MONAI (``import monai`` imports every MONAI
+subpackage) and Holoscan before it reads an argument; the suite starts dozens of them on a 2-core machine
+(CONTRIBUTING.md, "where the suite's time goes"). Here one *zygote* per test worker imports them once, and each run
+is a fork of it that then does what ``python -m MODULE ARGS`` or ``python PATH ARGS`` does: ``sys.argv``,
+``sys.path[0]``, the working directory and the environment, stdin from ``/dev/null``, stdout and stderr to files,
+then the module or script as ``__main__`` (``runpy``, as ``python`` itself). It exits as ``python`` does: the
+interpreter's own handling of ``SystemExit``, of an uncaught exception (traceback, exit 1), of ``atexit`` and
+non-daemon threads.
+
+What could differ from a fresh ``python``, and how it is kept the same:
+
+- output printed while importing: the zygote records it, and every run prints it first;
+- the environment: the run gets the caller's, plus what the zygote's start-up changed in its own (the stack-limit
+  restart's marker, as a restarted app has it);
+- the stack limit: the zygote raises it and restarts itself before any heavy import, as every entry point does
+  (``console.prepare_process``), so the threads of a run get Holoscan's 32 MiB stacks;
+- a variable read while importing: a command whose environment differs from the test worker's in anything but
+  ``MONAI_TRITON_*`` (and pytest's ``PYTEST_CURRENT_TEST``) runs as a fresh process (``subprocess.run``), as does
+  any command that is not ``python -m ...`` or ``python PATH``.
+
+Tests of signals, interrupts and process exit start their processes themselves; this is for runs whose exit code and
+output are what the test reads.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+#: What the zygote imports before it forks: what every app and ``monai-triton`` process imports first.
+PRELOAD = ("monai_triton_ops.cli", "torch", "monai", "monai.deploy.core", "holoscan")
+#: Variables a run's environment may change without a fresh process: none is read on import.
+RUNTIME_ENV_PREFIX = "MONAI_TRITON_"
+RUNTIME_ENV = frozenset({"PYTEST_CURRENT_TEST"})
+#: How long the zygote may take to import PRELOAD.
+START_TIMEOUT_S = 120.0
+#: How long a killed run may take to be reported.
+KILL_TIMEOUT_S = 30.0
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+class ForkedRun(subprocess.CompletedProcess[str]):
+    """A finished run: ``subprocess.CompletedProcess`` and the run's process id (to look for what it left)."""
+
+    def __init__(self, args: Sequence[str], returncode: int, stdout: str, stderr: str, pid: int) -> None:
+        super().__init__(list(args), returncode, stdout, stderr)
+        self.pid = pid
+
+
+class Zygote:
+    """One warm interpreter per test worker; runs are serialised by a lock (a worker runs one test at a time)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._dir = Path(tempfile.mkdtemp(prefix="warm-python-"))
+        self._base_env = dict(os.environ)
+        self._log = open(self._dir / "zygote.log", "wb")  # noqa: SIM115 - lives as long as the zygote
+        self._process = subprocess.Popen(
+            [sys.executable, __file__],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            cwd=_ROOT,
+            env=self._base_env,
+        )
+        self._buffer = b""
+        ready = self._read(START_TIMEOUT_S)
+        self._delta: dict[str, str | None] = {
+            key: value for key, value in ready["env"].items() if self._base_env.get(key) != value
+        }
+        self._delta.update({key: None for key in self._base_env if key not in ready["env"]})
+        self._count = 0
+
+    def forkable(self, env: Mapping[str, str] | None) -> bool:
+        """True when ``env`` differs from the worker's only in variables read at run time."""
+        if env is None:
+            return True
+        keys = set(env) | set(self._base_env)
+        changed = {key for key in keys if env.get(key) != self._base_env.get(key)}
+        return all(key.startswith(RUNTIME_ENV_PREFIX) or key in RUNTIME_ENV for key in changed)
+
+    def run(self, args: Sequence[str], *, cwd: Path | str, env: Mapping[str, str] | None, timeout: float) -> ForkedRun:
+        """``args`` (without the interpreter) in a fork; raises ``subprocess.TimeoutExpired`` after killing it."""
+        with self._lock:
+            self._count += 1
+            out, err = self._dir / f"{self._count}.out", self._dir / f"{self._count}.err"
+            child_env = dict(self._base_env if env is None else env)
+            for key, value in self._delta.items():
+                if value is None:
+                    child_env.pop(key, None)
+                else:
+                    child_env[key] = value
+            request = {"argv": list(args), "cwd": str(cwd), "env": child_env, "stdout": str(out), "stderr": str(err)}
+            self._send(request)
+            pid = self._read(START_TIMEOUT_S)["pid"]
+            try:
+                code = self._read(timeout)["code"]
+            except subprocess.TimeoutExpired:
+                os.kill(pid, signal.SIGKILL)
+                self._read(KILL_TIMEOUT_S)
+                raise subprocess.TimeoutExpired(args, timeout, _text(out), _text(err)) from None
+            try:
+                return ForkedRun([sys.executable, *args], code, _text(out), _text(err), pid)
+            finally:
+                out.unlink(missing_ok=True)
+                err.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        """End the zygote (it exits when its stdin closes) and remove its folder."""
+        if self._process.stdin:
+            self._process.stdin.close()
+        try:
+            self._process.wait(timeout=KILL_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait(timeout=KILL_TIMEOUT_S)
+        self._log.close()
+        for path in self._dir.iterdir():
+            path.unlink()
+        self._dir.rmdir()
+
+    def _send(self, message: dict[str, Any]) -> None:
+        assert self._process.stdin is not None
+        self._process.stdin.write(json.dumps(message).encode() + b"\n")
+        self._process.stdin.flush()
+
+    def _read(self, timeout: float) -> dict[str, Any]:
+        """The zygote's next message; TimeoutExpired after ``timeout``; RuntimeError (with its log) if it died."""
+        assert self._process.stdout is not None
+        fd = self._process.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired("zygote", timeout)
+            if select.select([fd], [], [], left)[0]:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    log = (self._dir / "zygote.log").read_text(errors="replace")[-3000:]
+                    raise RuntimeError(f"the warm interpreter ended (exit {self._process.wait()}):\n{log}")
+                self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return json.loads(line)
+
+
+def _text(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+_zygote: Zygote | None = None
+
+
+def run(
+    command: Sequence[str | Path],
+    *,
+    cwd: Path | str = _ROOT,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 600,
+) -> ForkedRun | subprocess.CompletedProcess[str]:
+    """``subprocess.run(command, capture_output=True, text=True, check=False)``, forked when it can be.
+
+    ``command`` is ``[sys.executable, "-m", MODULE, ...]`` or ``[sys.executable, PATH, ...]`` to be forked; anything
+    else, or an environment that changes a variable read on import, runs as a fresh process.
+    """
+    global _zygote
+    args = [str(part) for part in command]
+    python = len(args) >= 2 and args[0] == sys.executable
+    forkable_command = python and (not args[1].startswith("-") or (args[1] == "-m" and len(args) >= 3))
+    env = dict(os.environ) if env is None else env  # as the fresh process would inherit it now
+    if not forkable_command or os.environ.get("WARM_PYTHON") == "0":
+        return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    if _zygote is None:
+        _zygote = Zygote()
+        atexit.register(close)
+    if not _zygote.forkable(env):
+        return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    return _zygote.run(args[1:], cwd=cwd, env=env, timeout=timeout)
+
+
+def close() -> None:
+    """End this worker's zygote, if one was started (the session's end)."""
+    global _zygote
+    if _zygote is not None:
+        _zygote.close()
+        _zygote = None
+
+
+# -- the zygote itself ---------------------------------------------------------------------------------------------
+def _serve() -> tuple[str, str]:
+    """Import PRELOAD, say ready, then fork one child per request and report its pid and exit code.
+
+    Returns in a child only: what it is to run (``("module", NAME)`` or ``("path", PATH)``).
+    """
+    ctl_in, ctl_out = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    captured = tempfile.TemporaryFile()  # noqa: SIM115 - the zygote's life long
+    saved_err = os.dup(2)
+    own = [ctl_in, ctl_out, null, saved_err, captured.fileno()]
+    os.dup2(captured.fileno(), 1)
+    os.dup2(captured.fileno(), 2)
+    import importlib
+
+    try:
+        for name in PRELOAD:
+            importlib.import_module(name)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved_err, 1)
+        os.dup2(saved_err, 2)
+    captured.seek(0)
+    printed = captured.read()
+    _write(ctl_out, {"env": dict(os.environ)})
+    children: dict[int, int] = {}  # pidfd -> pid
+    buffer = b""
+    while True:
+        ready = select.select([ctl_in, *children], [], [])[0]
+        for fd in ready:
+            if fd in children:
+                pid = children.pop(fd)
+                _, status = os.waitpid(pid, 0)
+                os.close(fd)
+                _write(ctl_out, {"pid": pid, "code": os.waitstatus_to_exitcode(status)})
+        if ctl_in not in ready:
+            continue
+        chunk = os.read(ctl_in, 1 << 20)
+        if not chunk:
+            os._exit(0)  # the test worker is done; running children finish on their own
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            request = json.loads(line)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                for fd in (*own, *children):
+                    os.close(fd)
+                return _become(request, printed)
+            children[os.pidfd_open(pid)] = pid
+            _write(ctl_out, {"pid": pid})
+
+
+def _write(fd: int, message: dict[str, Any]) -> None:
+    os.write(fd, json.dumps(message).encode() + b"\n")
+
+
+def _become(request: dict[str, Any], printed: bytes) -> tuple[str, str]:
+    """In the child: the process ``python ARGV`` would be, up to running its ``__main__``."""
+    out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    os.close(out)
+    os.close(err)
+    os.write(2, printed)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    argv = request["argv"]
+    sys.orig_argv = [sys.executable, *argv]
+    if argv[0] == "-m":
+        sys.path.insert(0, os.getcwd())
+        sys.argv = ["-m", *argv[2:]]
+        loaded = sys.modules.get(argv[1])
+        if loaded is not None and not hasattr(loaded, "__path__"):
+            del sys.modules[argv[1]]  # a module, not a package: run afresh as __main__, as ``python -m`` does
+        return "module", argv[1]
+    path = os.path.abspath(argv[0])
+    if os.path.isfile(path):
+        sys.path.insert(0, os.path.dirname(path))  # a folder or zip is put first by runpy.run_path
+    sys.argv = list(argv)
+    return "path", path
+
+
+if __name__ == "__main__":
+    import runpy
+
+    del sys.path[0]  # this file's folder, tests/: its packages would shadow installed ones (tests/packaging)
+    from monai_triton_ops.console import prepare_process
+
+    prepare_process(restart=True)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C of the test run is the worker's to handle
+    kind, target = _serve()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if kind == "module":
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+    else:
+        runpy.run_path(target, run_name="__main__")
