@@ -12,6 +12,8 @@ PYTEST := $(PY) -m pytest
 KSERVE_VERSION := 0.21.0
 CACHE_DIR := $(or $(MONAI_TRITON_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/monai-triton)
 KSERVE_VENV := $(CACHE_DIR)/kserve-$(KSERVE_VERSION)
+# Byte-compile a site-packages folder on every core; a file that does not compile is left as pip leaves it.
+COMPILE := 'import compileall, sys; compileall.compile_dir(sys.argv[1], quiet=2, workers=0)'
 
 .PHONY: setup demo map test test-fast lint format-check format typecheck pytest bench docs clean
 
@@ -22,11 +24,12 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# setuptools' note on editable installs is advice no one can act on; licence and build warnings still show.
-	# pip compiles each file it installs in turn (about 40 s here); compileall, below, does it on every core.
+	# pip compiles each file it installs in turn (about 40 s here); COMPILE, below, does it on every core and, as pip,
+	# passes over files that are not Python 3.11 (templates, other versions' test files).
 	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -q --no-compile -c constraints.txt -e '.[apps,test]'
 	# Only the Triton server files inside this wheel are used; it pins numpy<2, hence --no-deps.
 	$(PY) -m pip install -q --no-compile --no-deps nvidia-pytriton==0.7.0
-	$(PY) -m compileall -q -j 0 -x '/holoscan_cli/templates/' $(VENV)/lib/python*/site-packages
+	$(PY) -c $(COMPILE) $(VENV)/lib/python*/site-packages
 	# The KServe SDK's models are the InferenceService schema that tests/deploy checks deploy/kserve against;
 	# the wheel is only read, never installed here (its model-server dependencies clash with ours: KSERVE_VENV has them).
 	$(PY) -m pip download -q --no-deps --dest $(VENV)/wheels kserve==$(KSERVE_VERSION)
@@ -39,7 +42,7 @@ $(KSERVE_VENV)/.installed:
 	rm -rf $(KSERVE_VENV)
 	$(PYTHON) -m venv $(KSERVE_VENV)
 	$(KSERVE_VENV)/bin/python -m pip install -q --no-compile kserve==$(KSERVE_VERSION)
-	$(KSERVE_VENV)/bin/python -m compileall -q -j 0 $(KSERVE_VENV)/lib/python*/site-packages
+	$(KSERVE_VENV)/bin/python -c $(COMPILE) $(KSERVE_VENV)/lib/python*/site-packages
 	echo $(KSERVE_VERSION) > $@
 
 demo: setup
