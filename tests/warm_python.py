@@ -17,8 +17,8 @@ What could differ from a fresh ``python``, and how it is kept the same:
 - the stack limit: the zygote raises it and restarts itself before any heavy import, as every entry point does
   (``console.prepare_process``), so the threads of a run get Holoscan's 32 MiB stacks;
 - a variable read while importing: a command whose environment differs from the test worker's in anything but
-  ``MONAI_TRITON_*`` (and pytest's ``PYTEST_CURRENT_TEST``) runs as a fresh process (``subprocess.run``), as does
-  any command that is not ``python -m ...`` or ``python PATH``.
+  ``MONAI_TRITON_*`` and ``RUNTIME_ENV`` runs as a fresh process (``subprocess.run``), as does any command that
+  is not ``python -m ...`` or ``python PATH``. Holoscan's log level is applied as its import would have.
 
 Tests of signals, interrupts and process exit start their processes themselves; this is for runs whose exit code and
 output are what the test reads.
@@ -42,9 +42,21 @@ from typing import Any
 
 #: What the zygote imports before it forks: what every app and ``monai-triton`` process imports first.
 PRELOAD = ("monai_triton_ops.cli", "torch", "monai", "monai.deploy.core", "holoscan")
-#: Variables a run's environment may change without a fresh process: none is read on import.
+#: Variables a run's environment may change without a fresh process. None but Holoscan's log level is read on import
+#: (the run applies it); the rest are what an in-process server of the test worker sets in the worker's environment
+#: for the processes it starts (``server_environment``), which a fresh app would inherit from the worker by accident.
 RUNTIME_ENV_PREFIX = "MONAI_TRITON_"
-RUNTIME_ENV = frozenset({"PYTEST_CURRENT_TEST"})
+RUNTIME_ENV = frozenset(
+    {
+        "PYTEST_CURRENT_TEST",
+        "HOLOSCAN_LOG_LEVEL",
+        "PATH",
+        "LD_LIBRARY_PATH",
+        "OMP_WAIT_POLICY",
+        "MALLOC_MMAP_THRESHOLD_",
+        "MALLOC_TRIM_THRESHOLD_",
+    }
+)
 #: How long the zygote may take to import PRELOAD.
 START_TIMEOUT_S = 120.0
 #: How long a killed run may take to be reported.
@@ -52,12 +64,14 @@ KILL_TIMEOUT_S = 30.0
 _ROOT = Path(__file__).resolve().parents[1]
 
 
-class ForkedRun(subprocess.CompletedProcess[str]):
-    """A finished run: ``subprocess.CompletedProcess`` and the run's process id (to look for what it left)."""
+class PythonRun(subprocess.CompletedProcess[str]):
+    """A finished run: ``subprocess.CompletedProcess``, the run's process id (to look for what it left), and whether
+    it was forked from the warm interpreter or ran fresh."""
 
-    def __init__(self, args: Sequence[str], returncode: int, stdout: str, stderr: str, pid: int) -> None:
+    def __init__(self, args: Sequence[str], returncode: int, stdout: str, stderr: str, pid: int, forked: bool) -> None:
         super().__init__(list(args), returncode, stdout, stderr)
         self.pid = pid
+        self.forked = forked
 
 
 class Zygote:
@@ -83,6 +97,8 @@ class Zygote:
         }
         self._delta.update({key: None for key in self._base_env if key not in ready["env"]})
         self._count = 0
+        #: The variables that made the last refused command run fresh.
+        self.refused: list[str] = []
 
     def forkable(self, env: Mapping[str, str] | None) -> bool:
         """True when ``env`` differs from the worker's only in variables read at run time."""
@@ -90,9 +106,10 @@ class Zygote:
             return True
         keys = set(env) | set(self._base_env)
         changed = {key for key in keys if env.get(key) != self._base_env.get(key)}
-        return all(key.startswith(RUNTIME_ENV_PREFIX) or key in RUNTIME_ENV for key in changed)
+        self.refused = sorted(k for k in changed if not (k.startswith(RUNTIME_ENV_PREFIX) or k in RUNTIME_ENV))
+        return not self.refused
 
-    def run(self, args: Sequence[str], *, cwd: Path | str, env: Mapping[str, str] | None, timeout: float) -> ForkedRun:
+    def run(self, args: Sequence[str], *, cwd: Path | str, env: Mapping[str, str] | None, timeout: float) -> PythonRun:
         """``args`` (without the interpreter) in a fork; raises ``subprocess.TimeoutExpired`` after killing it."""
         with self._lock:
             self._count += 1
@@ -113,7 +130,7 @@ class Zygote:
                 self._read(KILL_TIMEOUT_S)
                 raise subprocess.TimeoutExpired(args, timeout, _text(out), _text(err)) from None
             try:
-                return ForkedRun([sys.executable, *args], code, _text(out), _text(err), pid)
+                return PythonRun([sys.executable, *args], code, _text(out), _text(err), pid, forked=True)
             finally:
                 out.unlink(missing_ok=True)
                 err.unlink(missing_ok=True)
@@ -160,6 +177,18 @@ def _text(path: Path) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
 
 
+def fresh(args: Sequence[str], *, cwd: Path | str, env: Mapping[str, str] | None, timeout: float) -> PythonRun:
+    """``subprocess.run(args, capture_output=True, text=True)`` in a new process, keeping its pid."""
+    with subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            process.kill()
+            exc.output, exc.stderr = process.communicate()
+            raise
+        return PythonRun(args, process.returncode, out, err, process.pid, forked=False)
+
+
 _zygote: Zygote | None = None
 
 
@@ -169,8 +198,10 @@ def run(
     cwd: Path | str = _ROOT,
     env: Mapping[str, str] | None = None,
     timeout: float = 600,
-) -> ForkedRun | subprocess.CompletedProcess[str]:
+) -> PythonRun:
     """``subprocess.run(command, capture_output=True, text=True, check=False)``, forked when it can be.
+
+    ``WARM_PYTHON=0`` in the environment runs every command fresh (to compare).
 
     ``command`` is ``[sys.executable, "-m", MODULE, ...]`` or ``[sys.executable, PATH, ...]`` to be forked; anything
     else, or an environment that changes a variable read on import, runs as a fresh process.
@@ -181,13 +212,22 @@ def run(
     forkable_command = python and (not args[1].startswith("-") or (args[1] == "-m" and len(args) >= 3))
     env = dict(os.environ) if env is None else env  # as the fresh process would inherit it now
     if not forkable_command or os.environ.get("WARM_PYTHON") == "0":
-        return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+        return _logged(fresh(args, cwd=cwd, env=env, timeout=timeout), "not forkable")
     if _zygote is None:
         _zygote = Zygote()
         atexit.register(close)
     if not _zygote.forkable(env):
-        return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
-    return _zygote.run(args[1:], cwd=cwd, env=env, timeout=timeout)
+        return _logged(fresh(args, cwd=cwd, env=env, timeout=timeout), f"environment {_zygote.refused}")
+    return _logged(_zygote.run(args[1:], cwd=cwd, env=env, timeout=timeout), "")
+
+
+def _logged(result: PythonRun, why_fresh: str) -> PythonRun:
+    """With ``WARM_PYTHON_LOG=FILE``: one line per run there, forked or fresh and why (to see what is not forked)."""
+    log = os.environ.get("WARM_PYTHON_LOG")
+    if log:
+        with open(log, "a", encoding="utf-8") as file:
+            file.write(f"{'forked' if result.forked else 'fresh'}\t{why_fresh}\t{' '.join(result.args[1:3])}\n")
+    return result
 
 
 def close() -> None:
@@ -271,6 +311,11 @@ def _become(request: dict[str, Any], printed: bytes) -> tuple[str, str]:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    level = os.environ.get("HOLOSCAN_LOG_LEVEL")
+    if level and "holoscan" in sys.modules:  # what Holoscan's logger would have read on import
+        from holoscan.logger import LogLevel, set_log_level
+
+        set_log_level(getattr(LogLevel, level.upper(), LogLevel.INFO))
     argv = request["argv"]
     sys.orig_argv = [sys.executable, *argv]
     if argv[0] == "-m":
