@@ -24,12 +24,12 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# setuptools' note on editable installs is advice no one can act on; licence and build warnings still show.
-	# Without pip's byte-compiling of all ~14,000 files (about 30 s here): tools/warm_bytecode.py, below, writes the
-	# bytecode of what the apps, servers and tests import.
+	# pip byte-compiles each file it installs in turn; COMPILE, below, does it on every core and, as pip, passes over
+	# files that are not Python 3.11 (templates, other versions' test files).
 	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -q --no-compile -c constraints.txt -e '.[apps,test]'
 	# Only the Triton server files inside this wheel are used; it pins numpy<2, hence --no-deps.
 	$(PY) -m pip install -q --no-compile --no-deps nvidia-pytriton==0.7.0
-	$(PY) tools/warm_bytecode.py
+	$(PY) -c $(COMPILE) $(VENV)/lib/python*/site-packages
 	# The KServe SDK's models are the InferenceService schema that tests/deploy checks deploy/kserve against;
 	# the wheel is only read, never installed here (its model-server dependencies clash with ours: KSERVE_VENV has them).
 	$(PY) -m pip download -q --no-deps --dest $(VENV)/wheels kserve==$(KSERVE_VERSION)

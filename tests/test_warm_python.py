@@ -31,6 +31,9 @@ Run = subprocess.CompletedProcess[str]
 
 
 def both(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[Run, Run]:
+    """The command fresh and forked, in the environment the warm interpreter started with (other tests of this
+    worker may have changed the worker's own meanwhile: an in-process server's library path)."""
+    env = env or warm_python.environment()
     fresh = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=60, check=False)
     forked = warm_python.run(command, cwd=cwd, env=env, timeout=60)
     refused = warm_python._zygote.refused if warm_python._zygote else None
@@ -43,7 +46,7 @@ def test_a_forked_run_sees_what_a_fresh_python_sees(how: str, tmp_path: Path) ->
     (tmp_path / "probe_main.py").write_text("MARK = 'main'\n" + PROBE)
     target = [str(tmp_path / "probe_main.py")] if how == "path" else ["-m", "probe_main"]
     command = [sys.executable, *target]
-    env = {**os.environ, "MONAI_TRITON_PROBE": "set for this run"}
+    env = warm_python.environment(MONAI_TRITON_PROBE="set for this run")
     fresh, forked = both([*command, "3", "--flag"], tmp_path, env)
     assert (forked.returncode, forked.stderr) == (fresh.returncode, fresh.stderr) == (3, "to stderr\n")
     assert json.loads(forked.stdout) == json.loads(fresh.stdout)
@@ -62,7 +65,8 @@ def test_an_app_gets_the_stack_limit_a_restarted_entry_point_has(tmp_path: Path)
     import resource
 
     (tmp_path / "stack.py").write_text("import resource; print(resource.getrlimit(resource.RLIMIT_STACK)[0])")
-    forked = warm_python.run([sys.executable, str(tmp_path / "stack.py")], cwd=tmp_path, timeout=60)
+    forked = warm_python.run([sys.executable, str(tmp_path / "stack.py")], cwd=tmp_path, env=warm_python.environment())
+    assert forked.forked
     _, hard = resource.getrlimit(resource.RLIMIT_STACK)
     if hard != resource.RLIM_INFINITY and hard < 32 * 1024 * 1024:
         pytest.skip("the hard stack limit is below 32 MiB here")
@@ -80,7 +84,7 @@ def test_a_run_past_its_timeout_is_killed_and_raises(tmp_path: Path) -> None:
 
 def test_an_environment_that_changes_what_imports_read_runs_fresh(tmp_path: Path) -> None:
     (tmp_path / "pid.py").write_text("import os; print(os.getppid())")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = warm_python.environment(OMP_NUM_THREADS="1")
     result = warm_python.run([sys.executable, str(tmp_path / "pid.py")], cwd=tmp_path, env=env, timeout=60)
     assert not result.forked
     assert int(result.stdout) == os.getpid()

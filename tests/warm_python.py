@@ -49,6 +49,7 @@ RUNTIME_ENV_PREFIX = "MONAI_TRITON_"
 RUNTIME_ENV = frozenset(
     {
         "PYTEST_CURRENT_TEST",
+        "TORCHINDUCTOR_CACHE_DIR",  # torch sets it in its own process when the inductor first asks for its cache
         "HOLOSCAN_LOG_LEVEL",
         "PATH",
         "LD_LIBRARY_PATH",
@@ -80,7 +81,7 @@ class Zygote:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._dir = Path(tempfile.mkdtemp(prefix="warm-python-"))
-        self._base_env = dict(os.environ)
+        self.base_env = dict(os.environ)
         self._log = open(self._dir / "zygote.log", "wb")  # noqa: SIM115 - lives as long as the zygote
         self._process = subprocess.Popen(
             [sys.executable, __file__],
@@ -88,14 +89,14 @@ class Zygote:
             stdout=subprocess.PIPE,
             stderr=self._log,
             cwd=_ROOT,
-            env=self._base_env,
+            env=self.base_env,
         )
         self._buffer = b""
         ready = self._read(START_TIMEOUT_S)
         self._delta: dict[str, str | None] = {
-            key: value for key, value in ready["env"].items() if self._base_env.get(key) != value
+            key: value for key, value in ready["env"].items() if self.base_env.get(key) != value
         }
-        self._delta.update({key: None for key in self._base_env if key not in ready["env"]})
+        self._delta.update({key: None for key in self.base_env if key not in ready["env"]})
         self._count = 0
         #: The variables that made the last refused command run fresh.
         self.refused: list[str] = []
@@ -104,8 +105,8 @@ class Zygote:
         """True when ``env`` differs from the worker's only in variables read at run time."""
         if env is None:
             return True
-        keys = set(env) | set(self._base_env)
-        changed = {key for key in keys if env.get(key) != self._base_env.get(key)}
+        keys = set(env) | set(self.base_env)
+        changed = {key for key in keys if env.get(key) != self.base_env.get(key)}
         self.refused = sorted(k for k in changed if not (k.startswith(RUNTIME_ENV_PREFIX) or k in RUNTIME_ENV))
         return not self.refused
 
@@ -114,7 +115,7 @@ class Zygote:
         with self._lock:
             self._count += 1
             out, err = self._dir / f"{self._count}.out", self._dir / f"{self._count}.err"
-            child_env = dict(self._base_env if env is None else env)
+            child_env = dict(self.base_env if env is None else env)
             for key, value in self._delta.items():
                 if value is None:
                     child_env.pop(key, None)
@@ -228,6 +229,15 @@ def _logged(result: PythonRun, why_fresh: str) -> PythonRun:
         with open(log, "a", encoding="utf-8") as file:
             file.write(f"{'forked' if result.forked else 'fresh'}\t{why_fresh}\t{' '.join(result.args[1:3])}\n")
     return result
+
+
+def environment(**changes: str) -> dict[str, str]:
+    """The environment the warm interpreter started with, plus ``changes``: a run with it is always forked."""
+    global _zygote
+    if _zygote is None:
+        _zygote = Zygote()
+        atexit.register(close)
+    return {**_zygote.base_env, **changes}
 
 
 def close() -> None:
