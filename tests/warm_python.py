@@ -178,7 +178,7 @@ def _text(path: Path) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
 
 
-def fresh(args: Sequence[str], *, cwd: Path | str, env: Mapping[str, str] | None, timeout: float) -> PythonRun:
+def run_fresh(args: Sequence[str], *, cwd: Path | str, env: Mapping[str, str] | None, timeout: float) -> PythonRun:
     """``subprocess.run(args, capture_output=True, text=True)`` in a new process, keeping its pid."""
     with subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
         try:
@@ -199,27 +199,26 @@ def run(
     cwd: Path | str = _ROOT,
     env: Mapping[str, str] | None = None,
     timeout: float = 600,
+    fresh: bool = False,
 ) -> PythonRun:
-    """``subprocess.run(command, capture_output=True, text=True, check=False)``, forked when it can be.
+    """``subprocess.run(command, capture_output=True, text=True, check=False)``, forked when it can be (not with
+    ``fresh``: a test that asserts all a new process prints).
 
     ``WARM_PYTHON=0`` in the environment runs every command fresh (to compare).
 
     ``command`` is ``[sys.executable, "-m", MODULE, ...]`` or ``[sys.executable, PATH, ...]`` to be forked; anything
     else, or an environment that changes a variable read on import, runs as a fresh process.
     """
-    global _zygote
     args = [str(part) for part in command]
     python = len(args) >= 2 and args[0] == sys.executable
     forkable_command = python and (not args[1].startswith("-") or (args[1] == "-m" and len(args) >= 3))
     env = dict(os.environ) if env is None else env  # as the fresh process would inherit it now
-    if not forkable_command or os.environ.get("WARM_PYTHON") == "0":
-        return _logged(fresh(args, cwd=cwd, env=env, timeout=timeout), "not forkable")
-    if _zygote is None:
-        _zygote = Zygote()
-        atexit.register(close)
-    if not _zygote.forkable(env):
-        return _logged(fresh(args, cwd=cwd, env=env, timeout=timeout), f"environment {_zygote.refused}")
-    return _logged(_zygote.run(args[1:], cwd=cwd, env=env, timeout=timeout), "")
+    if fresh or not forkable_command or os.environ.get("WARM_PYTHON") == "0":
+        return _logged(run_fresh(args, cwd=cwd, env=env, timeout=timeout), "asked" if fresh else "not forkable")
+    zygote = _started()
+    if not zygote.forkable(env):
+        return _logged(run_fresh(args, cwd=cwd, env=env, timeout=timeout), f"environment {zygote.refused}")
+    return _logged(zygote.run(args[1:], cwd=cwd, env=env, timeout=timeout), "")
 
 
 def _logged(result: PythonRun, why_fresh: str) -> PythonRun:
@@ -233,11 +232,16 @@ def _logged(result: PythonRun, why_fresh: str) -> PythonRun:
 
 def environment(**changes: str) -> dict[str, str]:
     """The environment the warm interpreter started with, plus ``changes``: a run with it is always forked."""
+    return {**_started().base_env, **changes}
+
+
+def _started() -> Zygote:
+    """This worker's zygote, started on first use and ended at exit."""
     global _zygote
     if _zygote is None:
         _zygote = Zygote()
         atexit.register(close)
-    return {**_zygote.base_env, **changes}
+    return _zygote
 
 
 def close() -> None:

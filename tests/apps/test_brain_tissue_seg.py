@@ -40,9 +40,7 @@ def run_app(
     """``monai-triton exec APP``: forked from a warm interpreter (``tests/warm_python.py``), or ``fresh``."""
     command = [sys.executable, "-m", "monai_triton_ops.cli", "exec", str(APP), "-i", str(source), "-o", str(out)]
     command += ["-m", str(models), "-l", "WARN", *extra]
-    if fresh:
-        return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env, check=False)
-    return warm_python.run(command, cwd=ROOT, timeout=900, env=env)
+    return warm_python.run(command, cwd=ROOT, timeout=900, env=env, fresh=fresh)
 
 
 def _dice(seg_path: Path, labels_path: Path) -> dict[int, float]:

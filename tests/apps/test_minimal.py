@@ -35,10 +35,7 @@ pytestmark = pytest.mark.slow
 
 def run(*command: str | Path, cwd: Path = ROOT, fresh: bool = False) -> subprocess.CompletedProcess[str]:
     """``python COMMAND``: forked from a warm interpreter (``tests/warm_python.py``), or ``fresh``."""
-    args = [sys.executable, *map(str, command)]
-    if fresh:
-        return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
-    return warm_python.run(args, cwd=cwd, timeout=600)
+    return warm_python.run([sys.executable, *map(str, command)], cwd=cwd, timeout=600, fresh=fresh)
 
 
 def run_ok(*command: str | Path, fresh: bool = False) -> subprocess.CompletedProcess[str]:
