@@ -1,5 +1,5 @@
 # Two commands do all set-up on a fresh machine: `make demo` (the sample app on real data, every
-# available backend) and `make test` (lint, format check, types, then every test with coverage).
+# available backend) and `make test` (lint and format check, then every test with coverage, types beside them).
 # Beside them, `make map` packages the sample app as a MAP (one OCI image, every backend; docs/packaging.md).
 PYTHON ?= python3
 VENV := .venv
@@ -12,8 +12,11 @@ PYTEST := $(PY) -m pytest
 KSERVE_VERSION := 0.21.0
 CACHE_DIR := $(or $(MONAI_TRITON_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/monai-triton)
 KSERVE_VENV := $(CACHE_DIR)/kserve-$(KSERVE_VERSION)
-# Byte-compile a site-packages folder on every core; a file that does not compile is left as pip leaves it.
-COMPILE := 'import compileall, sys; compileall.compile_dir(sys.argv[1], quiet=2, workers=0)'
+# Python writes the bytecode of a module the first time a process imports it, for the next processes: a process
+# environment with PYTHONDONTWRITEBYTECODE set (as container images often have) would compile anew whatever each
+# of the suite's hundreds of processes imports. pip installs without compiling: of the venv's ~14,000 modules a
+# run imports about a third (CONTRIBUTING.md, "Where the suite's time goes").
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: setup demo map test test-fast lint format-check format typecheck pytest bench docs clean
 
@@ -24,12 +27,9 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# setuptools' note on editable installs is advice no one can act on; licence and build warnings still show.
-	# pip byte-compiles each file it installs in turn; COMPILE, below, does it on every core and, as pip, passes over
-	# files that are not Python 3.11 (templates, other versions' test files).
 	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -q --no-compile -c constraints.txt -e '.[apps,test]'
 	# Only the Triton server files inside this wheel are used; it pins numpy<2, hence --no-deps.
 	$(PY) -m pip install -q --no-compile --no-deps nvidia-pytriton==0.7.0
-	$(PY) -c $(COMPILE) $(VENV)/lib/python*/site-packages
 	# The KServe SDK's models are the InferenceService schema that tests/deploy checks deploy/kserve against;
 	# the wheel is only read, never installed here (its model-server dependencies clash with ours: KSERVE_VENV has them).
 	$(PY) -m pip download -q --no-deps --dest $(VENV)/wheels kserve==$(KSERVE_VERSION)
@@ -42,7 +42,6 @@ $(KSERVE_VENV)/.installed:
 	rm -rf $(KSERVE_VENV)
 	$(PYTHON) -m venv $(KSERVE_VENV)
 	$(KSERVE_VENV)/bin/python -m pip install -q --no-compile kserve==$(KSERVE_VERSION)
-	$(KSERVE_VENV)/bin/python -c $(COMPILE) $(KSERVE_VENV)/lib/python*/site-packages
 	echo $(KSERVE_VERSION) > $@
 
 demo: setup
@@ -53,7 +52,14 @@ demo: setup
 map: setup
 	$(VENV)/bin/monai-triton package apps/brain_tissue_seg -m model_repository
 
-test: setup lint format-check typecheck pytest
+# mypy (about 30 s on a fresh clone) needs nothing the tests make: it runs beside them, and its report is printed
+# after theirs. Either failing fails `make test`; an interrupt stops both.
+test: setup lint format-check
+	@mkdir -p output; $(VENV)/bin/mypy > output/mypy.log 2>&1 & mypy=$$!; \
+	trap 'kill $$mypy 2>/dev/null' INT TERM; \
+	$(MAKE) --no-print-directory pytest; tests=$$?; \
+	wait $$mypy; types=$$?; echo "mypy (beside the tests):"; cat output/mypy.log; \
+	[ $$tests -eq 0 ] && [ $$types -eq 0 ]
 
 # ruff; the import contracts of pyproject.toml's [tool.importlinter] (layers, no cycles, independent backends);
 # no module of the package over 400 lines (tools/module_sizes.py).
@@ -72,9 +78,10 @@ format: setup
 typecheck: setup
 	$(VENV)/bin/mypy
 
-# Workers of pytest-xdist: on this 2-core machine the suite waits on servers and app processes as much as it
-# computes, so three share the cores best (CONTRIBUTING.md, "Tests in parallel"). TEST_WORKERS=0: one process.
-TEST_WORKERS ?= 3
+# Workers of pytest-xdist: on this 2-core machine the suite's first half keeps both cores busy, its second half
+# waits on servers, deadlines and exits; a fourth worker fills those waits (CONTRIBUTING.md, "Tests in parallel").
+# TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 4
 
 # KServe's own server is a test peer only: `make demo` does not wait for its virtualenv.
 pytest: setup $(KSERVE_VENV)/.installed

@@ -104,9 +104,10 @@ def test_mypy_fails_a_wrong_type_on_a_public_function(scratch: Path) -> None:
     broken = text.replace("def triton_dtypes() -> tuple[str, ...]:", "def triton_dtypes() -> list[int]:")
     assert broken != text
     target.write_text(broken)
-    # The tree's cache, where mypy has run (``make test`` runs it just before): numpy, torch and MONAI are not
-    # analysed again (a cold run takes about 30 s of CPU). The copies of our files have other paths, so every
-    # one of them is checked afresh.
+    # The tree's cache, where mypy has run (``make test`` runs it beside the tests; mypy writes each file of its
+    # cache whole, so a copy taken meanwhile holds what it has finished): numpy, torch and MONAI are not analysed
+    # again (a cold run takes about 30 s of CPU). The copies of our files have other paths, so every one of them
+    # is checked afresh.
     if (ROOT / ".mypy_cache").is_dir():
         shutil.copytree(ROOT / ".mypy_cache", scratch / ".mypy_cache")
     result = _run(BIN / "mypy", "--cache-dir", scratch / ".mypy_cache", cwd=scratch)
