@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -170,7 +171,9 @@ def test_make_test_runs_on_workers_and_prints_the_slowest_tests() -> None:
     assert result.returncode == 0, result.stderr
     (command,) = [line for line in result.stdout.splitlines() if "-m pytest" in line]
     assert "--durations=25" in command
-    assert "-n 3" in command
+    workers = re.search(r" -n (\d+) ", command)
+    assert workers is not None, command
+    assert int(workers.group(1)) >= 2, command
 
 
 def test_the_worker_groups_name_what_is_on_disk() -> None:
