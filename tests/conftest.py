@@ -173,13 +173,17 @@ def sample_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 #: the TorchScript files, the demo repository): under pytest-xdist each runs whole on one worker.
 SHARED_FOLDERS = ("bindings", "packaging", "repository", "server")
 
-#: The groups that take longest (app runs, the MAP image, the docs' commands; measured with ``-n 3``), handed out
-#: first so that no worker starts one of them when the others are nearly done. The rest follow, most tests first.
+#: The groups that take longest (app runs, the MAP image, the docs' commands; measured with ``-n 3`` and ``-n 4``),
+#: handed out first so that no worker starts one of them when the others are nearly done. The remote exit tests
+#: (about 130 s, three quarters of it waiting on a model that takes 1 s a request) go as soon as a worker is free:
+#: handed out by size, they came last and left both cores idle for most of their run. The rest follow, most tests
+#: first.
 LONGEST_FIRST = (
     "tests/apps/test_brain_tissue_seg.py",
     "packaging",
     "tests/test_docs.py",
     "tests/apps/test_minimal.py",
+    "tests/backends/remote/test_exit.py",
     "tests/apps/test_volume_mode.py",
     "tests/backends/test_contract.py",
     "repository",
