@@ -37,12 +37,14 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m monai_triton_ops.packaging.runtime_libs --write-site-hook
 	touch $(STAMP)
 
-# The bytecode of what the suite's workers and app processes all import (torch, MONAI, the App SDK, Holoscan: about
-# 3,400 modules, 12 s of CPU to compile), written by one process once per set-up, not by a dozen at the same moment
-# when the suite starts. Holoscan warns of the stack limit that the app's entry point raises.
+# The bytecode of what the suite's workers and app processes all import (the warm interpreter's PRELOAD: torch,
+# MONAI, the App SDK, Holoscan; about 3,400 modules, 12 s of CPU to compile), written by one process once per
+# set-up, not by a dozen at the same moment when the suite starts. Holoscan warns of the stack limit that the app's
+# entry point raises.
 BYTECODE := $(VENV)/.bytecode-stamp
 $(BYTECODE): $(STAMP)
-	$(PY) -W 'ignore:Current stack size:RuntimeWarning' -c 'import monai_triton_ops.cli, torch, monai, monai.deploy.core, holoscan'
+	$(PY) -W 'ignore:Current stack size:RuntimeWarning' -c \
+		'import importlib, tests.warm_python as w; [importlib.import_module(name) for name in w.PRELOAD]'
 	touch $@
 
 # The stamp holds the version and comes last: a half-made virtualenv is made again.

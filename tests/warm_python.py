@@ -40,7 +40,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-#: What the zygote imports before it forks: what every app and ``monai-triton`` process imports first.
+#: What the zygote imports before it forks: what every app and ``monai-triton`` process imports first (``make
+#: pytest`` imports it once beforehand, to write its bytecode).
 PRELOAD = ("monai_triton_ops.cli", "torch", "monai", "monai.deploy.core", "holoscan")
 #: Variables a run's environment may change without a fresh process. None but Holoscan's log level is read on import
 #: (the run applies it); the rest are what an in-process server of the test worker sets in the worker's environment
