@@ -65,7 +65,7 @@ map: setup
 # mypy (about 30 s on a fresh clone) needs nothing the tests make: it runs beside the bytecode step and the tests,
 # and its report is printed after theirs. Either failing fails `make test`; an interrupt stops both.
 test: setup lint format-check
-	@mkdir -p output; $(VENV)/bin/mypy > output/mypy.log 2>&1 & mypy=$$!; \
+	@mkdir -p output; $(MAKE) --no-print-directory -s typecheck > output/mypy.log 2>&1 & mypy=$$!; \
 	trap 'kill $$mypy 2>/dev/null' INT TERM; \
 	$(MAKE) --no-print-directory pytest; tests=$$?; \
 	wait $$mypy; types=$$?; echo "mypy (beside the tests):"; cat output/mypy.log; \

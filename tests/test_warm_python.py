@@ -36,8 +36,7 @@ def both(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> tu
     env = env or warm_python.environment()
     fresh = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=60, check=False)
     forked = warm_python.run(command, cwd=cwd, env=env, timeout=60)
-    refused = warm_python._zygote.refused if warm_python._zygote else None
-    assert forked.forked, f"the command ran fresh (the environment changed {refused}): nothing compared"
+    assert forked.forked, f"the command ran fresh ({forked.why_fresh}): nothing compared"
     return fresh, forked
 
 

@@ -67,13 +67,19 @@ _ROOT = Path(__file__).resolve().parents[1]
 
 
 class PythonRun(subprocess.CompletedProcess[str]):
-    """A finished run: ``subprocess.CompletedProcess``, the run's process id (to look for what it left), and whether
-    it was forked from the warm interpreter or ran fresh."""
+    """A finished run: ``subprocess.CompletedProcess``, the run's process id (to look for what it left), and why it
+    ran fresh (empty when it was forked from the warm interpreter)."""
 
-    def __init__(self, args: Sequence[str], returncode: int, stdout: str, stderr: str, pid: int, forked: bool) -> None:
+    def __init__(
+        self, args: Sequence[str], returncode: int, stdout: str, stderr: str, pid: int, why_fresh: str = ""
+    ) -> None:
         super().__init__(list(args), returncode, stdout, stderr)
         self.pid = pid
-        self.forked = forked
+        self.why_fresh = why_fresh
+
+    @property
+    def forked(self) -> bool:
+        return not self.why_fresh
 
 
 class Zygote:
@@ -99,17 +105,14 @@ class Zygote:
         }
         self._delta.update({key: None for key in self.base_env if key not in ready["env"]})
         self._count = 0
-        #: The variables that made the last refused command run fresh.
-        self.refused: list[str] = []
 
-    def forkable(self, env: Mapping[str, str] | None) -> bool:
-        """True when ``env`` differs from the worker's only in variables read at run time."""
+    def refused(self, env: Mapping[str, str] | None) -> list[str]:
+        """The variables of ``env`` that differ from the worker's and may be read on import: none, and a run forks."""
         if env is None:
-            return True
+            return []
         keys = set(env) | set(self.base_env)
         changed = {key for key in keys if env.get(key) != self.base_env.get(key)}
-        self.refused = sorted(k for k in changed if not (k.startswith(RUNTIME_ENV_PREFIX) or k in RUNTIME_ENV))
-        return not self.refused
+        return sorted(key for key in changed if not (key.startswith(RUNTIME_ENV_PREFIX) or key in RUNTIME_ENV))
 
     def run(self, args: Sequence[str], *, cwd: Path | str, env: Mapping[str, str] | None, timeout: float) -> PythonRun:
         """``args`` (without the interpreter) in a fork; raises ``subprocess.TimeoutExpired`` after killing it."""
@@ -132,7 +135,7 @@ class Zygote:
                 self._read(KILL_TIMEOUT_S)
                 raise subprocess.TimeoutExpired(args, timeout, _text(out), _text(err)) from None
             try:
-                return PythonRun([sys.executable, *args], code, _text(out), _text(err), pid, forked=True)
+                return PythonRun([sys.executable, *args], code, _text(out), _text(err), pid)
             finally:
                 out.unlink(missing_ok=True)
                 err.unlink(missing_ok=True)
@@ -179,7 +182,9 @@ def _text(path: Path) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
 
 
-def run_fresh(args: Sequence[str], *, cwd: Path | str, env: Mapping[str, str] | None, timeout: float) -> PythonRun:
+def run_fresh(
+    args: Sequence[str], *, cwd: Path | str, env: Mapping[str, str] | None, timeout: float, why: str = "asked"
+) -> PythonRun:
     """``subprocess.run(args, capture_output=True, text=True)`` in a new process, keeping its pid."""
     with subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
         try:
@@ -188,7 +193,7 @@ def run_fresh(args: Sequence[str], *, cwd: Path | str, env: Mapping[str, str] | 
             process.kill()
             exc.output, exc.stderr = process.communicate()
             raise
-        return PythonRun(args, process.returncode, out, err, process.pid, forked=False)
+        return PythonRun(args, process.returncode, out, err, process.pid, why_fresh=why)
 
 
 _zygote: Zygote | None = None
@@ -215,19 +220,20 @@ def run(
     forkable_command = python and (not args[1].startswith("-") or (args[1] == "-m" and len(args) >= 3))
     env = dict(os.environ) if env is None else env  # as the fresh process would inherit it now
     if fresh or not forkable_command or os.environ.get("WARM_PYTHON") == "0":
-        return _logged(run_fresh(args, cwd=cwd, env=env, timeout=timeout), "asked" if fresh else "not forkable")
+        return _logged(run_fresh(args, cwd=cwd, env=env, timeout=timeout, why="asked" if fresh else "not forkable"))
     zygote = _started()
-    if not zygote.forkable(env):
-        return _logged(run_fresh(args, cwd=cwd, env=env, timeout=timeout), f"environment {zygote.refused}")
-    return _logged(zygote.run(args[1:], cwd=cwd, env=env, timeout=timeout), "")
+    refused = zygote.refused(env)
+    if refused:
+        return _logged(run_fresh(args, cwd=cwd, env=env, timeout=timeout, why=f"environment {refused}"))
+    return _logged(zygote.run(args[1:], cwd=cwd, env=env, timeout=timeout))
 
 
-def _logged(result: PythonRun, why_fresh: str) -> PythonRun:
+def _logged(result: PythonRun) -> PythonRun:
     """With ``WARM_PYTHON_LOG=FILE``: one line per run there, forked or fresh and why (to see what is not forked)."""
     log = os.environ.get("WARM_PYTHON_LOG")
     if log:
         with open(log, "a", encoding="utf-8") as file:
-            file.write(f"{'forked' if result.forked else 'fresh'}\t{why_fresh}\t{' '.join(result.args[1:3])}\n")
+            file.write(f"{'forked' if result.forked else 'fresh'}\t{result.why_fresh}\t{' '.join(result.args[1:3])}\n")
     return result
 
 
