@@ -236,10 +236,11 @@ class RegionPool:
             self._busy.discard(slot)
             self._quarantined.add(slot)
             finished = self._finished
-        if finished:  # close() is over: one last try, then the file goes either way
+        if finished:  # close() is over: one last try, then it goes as close() left the others
             timeout = _call_timeout(deadline)
             if (timeout <= 0 or not self._try_retire(slot, timeout)) and slot.region is not None:
-                slot.region.close(unregister=False)
+                logger.warning("region %s came back after close: unlinked, left to the janitor", slot.region.name)
+                _to_janitor(slot.region)
             return
         self._retire_quarantined(deadline)  # the server often lets go at once (a refused or queue-full request)
 
@@ -327,9 +328,14 @@ class RegionPool:
                 ", ".join(r.name for r in regions),
             )
         for region in regions:
-            if region.announced:
-                janitor.retire(region.name)
-            region.close(unregister=False)
+            _to_janitor(region)
+
+
+def _to_janitor(region: SystemRegion) -> None:
+    """Unlink ``region`` now; the janitor unregisters it once the server lets go (this process's calls have ended)."""
+    if region.announced:
+        janitor.retire(region.name)
+    region.close(unregister=False)
 
 
 def open_pool(

@@ -267,3 +267,39 @@ def test_close_at_its_deadline_unlinks_a_region_the_server_never_lets_go(
     server.let_go(stuck)
     server.unregister(stuck)
     janitor.drop(stuck)
+
+
+def test_a_region_registered_while_close_runs_is_left_to_the_janitor_when_the_server_still_holds_it(
+    pool: RegionPool, transport: MemoryTransport, server: MemoryServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slot whose registration is still on its way back when ``close()`` runs has no region yet, so close
+    cannot see it. When it comes back and the server refuses to unregister it (still in use), its file goes and
+    the janitor is told to unregister it once the server lets go: not left registered until the process ends."""
+    registered, proceed = threading.Event(), threading.Event()
+    original = transport.register_system_shm
+
+    def slow_answer(name: str, key: str, byte_size: int, *, timeout_s: float) -> None:
+        original(name, key, byte_size, timeout_s=timeout_s)
+        registered.set()  # the server has it; the answer is still on its way
+        assert proceed.wait(WAIT_S)
+
+    monkeypatch.setattr(transport, "register_system_shm", slow_answer)
+    got: list[Slot] = []
+    requester = threading.Thread(target=lambda: got.append(pool.acquire(PAGE)))
+    requester.start()
+    assert registered.wait(WAIT_S)
+    (name,) = server.registered()
+    server.hold(name)  # the request went out: the server is running it
+    retired: list[str] = []
+    monkeypatch.setattr(janitor, "retire", retired.append)  # the watcher itself: test_exit.py, test_processes.py
+    pool.close(time.monotonic() + 1.0)
+    proceed.set()
+    requester.join(WAIT_S)
+    (slot,) = got
+    pool.release(slot)  # its response: close() is over, and the server still holds the region
+    assert retired == [name]
+    assert not (SHM_DIR / name).exists()
+    # What the janitor process would do once the server lets go, done here so the fixture finds nothing left.
+    server.let_go(name)
+    server.unregister(name)
+    janitor.drop(name)
