@@ -58,7 +58,7 @@ _REMOTE_HINT = "the remote backend needs tritonclient: pip install 'tritonclient
 _registry: dict[str, BackendEntry] = {
     "torch": BackendEntry(target="monai_triton_ops.backends.torchscript:TorchScriptBackend"),
     "triton": BackendEntry(
-        target="monai_triton_ops.backends.inprocess:InProcessBackend",
+        target="monai_triton_ops.backends.inprocess.backend:InProcessBackend",
         hint="the in-process backend needs the Triton server library: pip install --no-deps nvidia-pytriton==0.7.0, "
         "or set TRITONSERVER_HOME to a Triton install",
     ),

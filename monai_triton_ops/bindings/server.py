@@ -3,7 +3,7 @@
 The binding holds no policy: no thread, no timer, no exit hook, no ``__del__`` that deletes the server.
 ``stop()`` and ``delete()`` are ``TRITONSERVER_ServerStop`` / ``TRITONSERVER_ServerDelete``; the waiting,
 deadlines and process exit belong to whoever owns the server (the in-process backend's
-``backends/inprocess_server.py``). What it adds is the ownership rules, enforced:
+``backends/inprocess/server.py``). What it adds is the ownership rules, enforced:
 
 - A response or request left alive by Python pins its model, and ``TRITONSERVER_ServerStop`` would wait the
   whole exit timeout for it. ``stop()`` and ``delete()`` first delete every Python-owned request and response of

@@ -4,7 +4,7 @@ One repository per module (Python-backend kit models, cheap to load); every back
 process's one server, which the last close of the module stops. What needs a fresh interpreter (leaks and
 interpreter exit, a missing library, a dead stub) runs in a subprocess (the end with requests in flight:
 ``test_inprocess_exit.py``), so a crash fails that test, not the suite; the owner-level children import only the
-binding and ``inprocess_server`` (no torch), the backend-level ones the whole package.
+binding and ``inprocess.server`` (no torch), the backend-level ones the whole package.
 """
 
 from __future__ import annotations
@@ -29,9 +29,14 @@ import pytest
 import torch
 
 from monai_triton_ops import create_backend
-from monai_triton_ops.backends import shared_server
 from monai_triton_ops.backends.base import BaseBackend
-from monai_triton_ops.backends.inprocess import InProcessBackend, TritonOptions, deserialize_bytes, serialize_bytes
+from monai_triton_ops.backends.inprocess import shared
+from monai_triton_ops.backends.inprocess.backend import (
+    InProcessBackend,
+    TritonOptions,
+    deserialize_bytes,
+    serialize_bytes,
+)
 from monai_triton_ops.errors import (
     BackendStateError,
     BackendUnavailableError,
@@ -112,7 +117,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     # One backend holds the server (and passthrough) for the module: tests open and close around it.
     with create_backend("triton", "passthrough", model_repository=path):
         yield path
-    assert shared_server.current() is None
+    assert shared.current() is None
 
 
 def open_backend(repo: Path, model: str, **options: object) -> BaseBackend:
@@ -189,11 +194,11 @@ def test_two_backends_on_two_models_share_one_server(repo: Path) -> None:
     with open_backend(repo, "other") as one, open_backend(repo, "mixed") as two:
         assert isinstance(one, InProcessBackend)
         assert isinstance(two, InProcessBackend)
-        assert one.server is two.server is shared_server.current()
+        assert one.server is two.server is shared.current()
         ready = {m["name"] for m in one.server.server.model_index(1).json()}
         assert {"passthrough", "other", "mixed"} <= ready
         assert "slow" not in ready  # explicit model control: only what was opened
-    still = {m["name"] for m in shared_server.current().server.model_index(1).json()}  # type: ignore[union-attr]
+    still = {m["name"] for m in shared.current().server.model_index(1).json()}  # type: ignore[union-attr]
     assert "mixed" not in still
     assert "passthrough" in still
 
@@ -218,7 +223,7 @@ def test_a_model_that_fails_to_load_gives_tritons_own_message_at_once(repo: Path
     backend = create_backend("triton", model, model_repository=repo)
     with pytest.raises(ModelLoadError, match=rf"model '{model}' failed to load.*{reason}"):
         backend.open()
-    server = shared_server.current()
+    server = shared.current()
     assert server is not None  # the server the holder uses keeps running, and tried the load once
     assert server.log_path.read_text(errors="replace").count(f"failed to load '{model}' version 1") <= 1
     with open_backend(repo, "other") as other:
@@ -344,7 +349,7 @@ def run_python(
 #: What a crash on the way out prints (CPython, glibc, the C++ runtime, the shell).
 CRASH_SIGNS = ("Fatal Python error", "Segmentation fault", "terminate called", "FATAL", "Aborted")
 
-#: An owner-level child: the binding and ``inprocess_server`` only (no torch), the repository in argv[1].
+#: An owner-level child: the binding and ``inprocess.server`` only (no torch), the repository in argv[1].
 OWNER_PRELUDE = """
 import faulthandler, os, sys, time
 sys.path.insert(0, os.getcwd())
@@ -353,7 +358,7 @@ light_import()
 import numpy as np
 from pathlib import Path
 from monai_triton_ops import bindings as b
-from monai_triton_ops.backends.inprocess_server import InProcessServer, ServerSettings
+from monai_triton_ops.backends.inprocess.server import InProcessServer, ServerSettings
 from tests.bindings.harness import Outcome, _collect, make_request
 
 REPO = Path(sys.argv[1])
@@ -432,7 +437,7 @@ def test_a_stub_that_died_ends_its_requests_and_the_server_without_waiting(repo:
 ORPHAN_A_BLOCKED_STUB = """
 import signal
 server = open_server(60, "passthrough")
-from monai_triton_ops.backends import stubs
+from monai_triton_ops.backends.inprocess import stubs
 pids = stubs.stub_pids(server.shm_prefix)
 print("stubs", *pids, flush=True)
 for pid in pids:  # blocked, it cannot notice that its app died (as the one seen deadlocked on a futex)
@@ -567,7 +572,7 @@ def test_no_leaks_over_5000_requests_nothing_left_at_the_last_close_and_exit_wit
         import os, gc, sys, threading
         import numpy as np
         from monai_triton_ops import create_backend
-        from monai_triton_ops.backends import shared_server
+        from monai_triton_ops.backends.inprocess import shared
         from monai_triton_ops.bindings import live_handles
 
         def rss():
@@ -587,7 +592,7 @@ def test_no_leaks_over_5000_requests_nothing_left_at_the_last_close_and_exit_wit
         gc.collect()
         after = rss()
         backend.close()
-        assert shared_server.current() is None
+        assert shared.current() is None
         print("rss", before, after, after / before)
         print("tasks", tasks_before, len(os.listdir("/proc/self/task")))
         print("handles", live_handles())

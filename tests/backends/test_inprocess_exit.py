@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from monai_triton_ops import exits
-from monai_triton_ops.backends import inprocess_server
+from monai_triton_ops.backends.inprocess import server as inprocess_server
 
 from .. import triton_models
 from .exit_child import Child, exit_phase

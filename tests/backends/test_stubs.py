@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from monai_triton_ops import bindings as b
-from monai_triton_ops.backends import stubs
+from monai_triton_ops.backends.inprocess import stubs
 
 from ..server.conftest import wait_until
 

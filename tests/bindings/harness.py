@@ -30,7 +30,7 @@ LOAD_TIMEOUT_S = 300.0
 
 
 def light_import() -> None:
-    """Make ``import monai_triton_ops.bindings`` (and ``.backends.inprocess_server``) skip the packages'
+    """Make ``import monai_triton_ops.bindings`` (and ``.backends.inprocess.server``) skip the packages'
     ``__init__`` (torch, MONAI: ~5 s).
 
     Only for subprocess cases: they test the binding or the in-process server's owner, and each would
@@ -94,7 +94,7 @@ def start_server(
     server = b.TRITONSERVER_Server(options)
     options.delete()
     started = Started(server=server, workdir=workdir, log_path=log_path, shm_prefix=prefix, saved_environ=saved)
-    # One after another, as the in-process server's owner loads (under shared_server's lock): with several
+    # One after another, as the in-process server's owner loads (under inprocess.shared's lock): with several
     # loads at once, Triton 2.51 starts their stubs from several threads at once, and now and then one
     # instance never finishes initialising (the log stops at "TRITONBACKEND_ModelInstanceInitialize", the
     # load waits forever: the hang of a CI run, seen again here once in a few runs). A numpy stub loads in

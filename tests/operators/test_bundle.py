@@ -175,7 +175,7 @@ def test_triton_in_process_builds_the_models_itself_and_shares_one_server(
         find_triton_library()
     except MonaiTritonError as exc:
         pytest.skip(f"no libtritonserver here: {exc}")
-    from monai_triton_ops.backends import shared_server
+    from monai_triton_ops.backends.inprocess import shared
 
     names = BundleConfigNames(config_names=["inference"])
     ops = {
@@ -188,7 +188,7 @@ def test_triton_in_process_builds_the_models_itself_and_shares_one_server(
     try:
         for op in ops.values():
             op.start()
-            servers.append(shared_server.current())
+            servers.append(shared.current())
         assert servers[0] is not None
         assert servers[0] is servers[1]
         for key, op in ops.items():

@@ -7,7 +7,7 @@ when its first backend opens and unloaded when its last one closes, so the app r
 it opened from a repository that may hold many.
 
 This module only counts who holds what. The server's life (start, load, drain, delete, interpreter exit)
-is :class:`~.inprocess_server.InProcessServer`'s, and only its.
+is :class:`~.server.InProcessServer`'s, and only its.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ConfigError
-from .inprocess_server import InProcessServer, Phase, ServerSettings
+from ...errors import ConfigError
+from .server import InProcessServer, Phase, ServerSettings
 
 __all__ = ["InProcessServer", "ServerSettings", "acquire", "current", "release"]
 

@@ -49,9 +49,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BackendUnavailableError, ServerNotFoundError
-from ..repository.servable import load_failure
-from ..server.environment import (
+from ...errors import BackendUnavailableError, ServerNotFoundError
+from ...repository.servable import load_failure
+from ...server.environment import (
     assemble_backend_dir,
     remove_leftovers_of_dead_launchers,
     remove_shm_regions,
@@ -59,15 +59,15 @@ from ..server.environment import (
     shm_prefix,
     temp_folder,
 )
-from ..server.logs import last_line, stub_failure
-from ..server.mirror import mirror_repository
-from ..server.stub import model_stub, stub_problem
+from ...server.logs import last_line, stub_failure
+from ...server.mirror import mirror_repository
+from ...server.stub import model_stub, stub_problem
 from . import stubs
-from .inprocess_settings import ServerSettings as ServerSettings
-from .inprocess_settings import server_options
+from .settings import ServerSettings as ServerSettings
+from .settings import server_options
 
 if TYPE_CHECKING:
-    from .. import bindings
+    from ... import bindings
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class InProcessServer:
     """A running in-process Triton server and everything around it; see the module docstring."""
 
     def __init__(self, settings: ServerSettings, repository: Path) -> None:
-        from .. import bindings as b
+        from ... import bindings as b
 
         try:
             library = b.load_library(settings.library_path)
@@ -146,7 +146,7 @@ class InProcessServer:
         logger.info("in-process Triton server started on %s (library %s)", repository, library.path)
 
     def _start(self, install: Any, repository: Path) -> None:
-        from .. import bindings as b
+        from ... import bindings as b
 
         remove_leftovers_of_dead_launchers()
         stub_env = server_environment(install)
@@ -203,7 +203,7 @@ class InProcessServer:
                 loaded; the message quotes why (the loader's or the stub's own words).
             bindings.TritonError: Triton refused the model (its own message).
         """
-        from .. import bindings as b
+        from ... import bindings as b
 
         self._require_running()
         if repository not in self.repositories:
@@ -288,7 +288,7 @@ class InProcessServer:
             return self._landed.wait_for(lambda: not self._flights, timeout=max(0.0, timeout_s))
 
     def _require_running(self) -> None:
-        from .. import bindings as b
+        from ... import bindings as b
 
         if self.phase is not Phase.RUNNING:
             raise b.UnavailableError(f"the in-process Triton server is {self.phase.value}: it takes no new requests")
@@ -342,7 +342,7 @@ class InProcessServer:
 
     def _delete(self, unload_s: float) -> Ending:
         """Unload every model (polled: Triton's own stop checks once a second), then delete the server."""
-        from .. import bindings as b
+        from ... import bindings as b
 
         try:
             for name in list(self.models):

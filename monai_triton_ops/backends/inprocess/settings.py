@@ -1,6 +1,6 @@
 """What the process's in-process Triton server is started with, and the C API's server options made from them.
 
-Every backend that shares the server (``shared_server``) must ask for the same ``ServerSettings``. The options
+Every backend that shares the server (``shared``) must ask for the same ``ServerSettings``. The options
 are fixed ones (explicit model control, strict readiness, no pinned memory pool, no GPU metrics, the Python
 backend's shared-memory prefix of this server) and the settings' own.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .. import bindings
+    from ... import bindings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,7 +33,7 @@ def server_options(
 ) -> bindings.TRITONSERVER_ServerOptions:
     """``TRITONSERVER_ServerOptions`` for a server over ``repository`` with the backend folder ``backends``; the
     caller deletes them once the server is made."""
-    from .. import bindings
+    from ... import bindings
 
     s = settings
     options = bindings.TRITONSERVER_ServerOptions()

@@ -2,8 +2,8 @@
 
 The model repository is the app's model folder (``-m``), so the repository a remote fleet serves runs
 here unchanged: same ``config.pbtxt``, same Triton scheduler, dynamic batcher and backends, no separate
-server and no network hop. Every backend of the process shares one server (``shared_server`` counts the
-holds; ``inprocess_server.InProcessServer`` owns the server's life: load, drain, delete, exit).
+server and no network hop. Every backend of the process shares one server (``shared`` counts the
+holds; ``server.InProcessServer`` owns the server's life: load, drain, delete, exit).
 
 A request goes to ``TRITONSERVER_ServerInferAsync``; the response callback reads the outputs, which the
 binding's ``ArrayAllocator`` had Triton write straight into buffers lent by this backend's pool
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import torch
 
-from ..errors import (
+from ...errors import (
     BackendUnavailableError,
     ConfigError,
     InferenceError,
@@ -42,17 +42,18 @@ from ..errors import (
     MonaiTritonError,
     ServerNotFoundError,
 )
-from ..repository import layout
-from ..repository.signatures import LocalEntry, local_entry
-from ..signature import ModelSignature, TensorSpec
-from . import shared_server, status
-from .arrays import ArrayLike, as_numpy
-from .base import CLOSE_TIMEOUT_S, Availability, BaseBackend, InferRequest
-from .leases import BufferPool
-from .options import BackendOptions
+from ...repository import layout
+from ...repository.signatures import LocalEntry, local_entry
+from ...signature import ModelSignature, TensorSpec
+from .. import status
+from ..arrays import ArrayLike, as_numpy
+from ..base import CLOSE_TIMEOUT_S, Availability, BaseBackend, InferRequest
+from ..leases import BufferPool
+from ..options import BackendOptions
+from . import shared
 
 if TYPE_CHECKING:
-    from .. import bindings
+    from ... import bindings
 
 logger = logging.getLogger(__name__)
 
@@ -106,8 +107,8 @@ class TritonOptions(BackendOptions):
             settings.append((backend, setting, value))
         return tuple(settings)
 
-    def server_settings(self) -> shared_server.ServerSettings:
-        return shared_server.ServerSettings(
+    def server_settings(self) -> shared.ServerSettings:
+        return shared.ServerSettings(
             library_path=self.library,
             log_verbose=self.log_verbose,
             log_file=self.log_file,
@@ -147,7 +148,7 @@ class InProcessBackend(BaseBackend):
     @classmethod
     def availability(cls, scheme: str) -> Availability:
         """Runs where ``libtritonserver`` loads from a Triton install (its backends and stub are found from it)."""
-        from .. import bindings
+        from ... import bindings
 
         try:
             library = bindings.load_library()
@@ -167,7 +168,7 @@ class InProcessBackend(BaseBackend):
         if self.urls:
             raise ConfigError(f"the 'triton' backend runs in this process and takes no server URL, got {self.urls}")
         self._repository = self.model_repository.resolve()
-        self._server: shared_server.InProcessServer | None = None
+        self._server: shared.InProcessServer | None = None
         self._allocator: bindings.ArrayAllocator | None = None
         self._requests: dict[int, bindings.TRITONSERVER_InferenceRequest] = {}  # in Triton, for cancel
         self._requests_lock = threading.Lock()
@@ -175,14 +176,14 @@ class InProcessBackend(BaseBackend):
         self._close_by: float | None = None  # close()'s deadline, which the server's end keeps too
 
     @property
-    def server(self) -> shared_server.InProcessServer:
+    def server(self) -> shared.InProcessServer:
         """The shared server this backend holds (open backends only)."""
         if self._server is None:
             raise ConfigError(f"{self!r} holds no server (not open)")
         return self._server
 
     def _open(self) -> ModelSignature:
-        from .. import bindings as b
+        from ... import bindings as b
 
         version, version_dir = layout.resolve_version(self._repository, self.model_name, self.version)
         entry = local_entry(self._repository, self.model_name)
@@ -191,7 +192,7 @@ class InProcessBackend(BaseBackend):
         _refuse_bytes_in_a_numpy2_stub(signature, entry)
         options = cast(TritonOptions, self.options)
         try:
-            self._server = shared_server.acquire(options.server_settings(), self._repository, self.model_name, self)
+            self._server = shared.acquire(options.server_settings(), self._repository, self.model_name, self)
         except b.TritonError as exc:
             raise self._error(exc, loading=True) from exc
         self._allocator = b.ArrayAllocator("numpy", buffers=self._buffers.lend)
@@ -218,7 +219,7 @@ class InProcessBackend(BaseBackend):
         return result
 
     def _triton_request(self, request: InferRequest, pending: _Pending) -> bindings.TRITONSERVER_InferenceRequest:
-        from .. import bindings as b
+        from ... import bindings as b
 
         allocator = self._allocator
         if allocator is None:
@@ -255,7 +256,7 @@ class InProcessBackend(BaseBackend):
     def _error(self, error: BaseException, *, loading: bool = False) -> BaseException:
         """The one translation of what the in-process server raised: Triton's errors through the status table
         all Triton backends share (``status.py``), as remotely; a load failure as the load's own error."""
-        from .. import bindings as b
+        from ... import bindings as b
 
         model = self.model_name
         if loading:
@@ -275,7 +276,7 @@ class InProcessBackend(BaseBackend):
 
     def statistics(self) -> dict[str, Any]:
         """Triton's inference statistics for this model (executions, requests, batch sizes), as remotely."""
-        from .. import bindings as b
+        from ... import bindings as b
 
         try:
             message = self.server.server.model_statistics(self.model_name, self.version or -1)
@@ -303,7 +304,7 @@ class InProcessBackend(BaseBackend):
         if self._server is not None:
             self._server = None
             left = None if self._close_by is None else max(0.0, self._close_by - time.monotonic())
-            shared_server.release(self.model_name, self, left)
+            shared.release(self.model_name, self, left)
 
 
 def _refuse_bytes_in_a_numpy2_stub(signature: ModelSignature, entry: LocalEntry) -> None:
@@ -323,7 +324,7 @@ def _refuse_bytes_in_a_numpy2_stub(signature: ModelSignature, entry: LocalEntry)
 
 
 def _delete(request: bindings.TRITONSERVER_InferenceRequest) -> None:
-    from .. import bindings as b
+    from ... import bindings as b
 
     if request.owner_state is b.State.OWNED:
         request.delete()
@@ -344,7 +345,7 @@ def _on_response(response: Any, flags: Any, pending: _Pending) -> None:
     An error (the response's own, or reading it) is raised: the binding carries it to the request's
     landing, where ``_landed`` fails the call with it.
     """
-    from .. import bindings as b
+    from ... import bindings as b
 
     try:
         if response is not None:

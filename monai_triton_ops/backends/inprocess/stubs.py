@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..server.discovery import STUB_COMM, STUB_NAME
-from ..server.process import proc_stat
+from ...server.discovery import STUB_COMM, STUB_NAME
+from ...server.process import proc_stat
 
 logger = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ def watch_load(load: Callable[[], None], name: str, said: Callable[[], str], on_
         bindings.UnavailableError: a stub died while the model loaded; ``said()`` tells what it printed.
         bindings.TritonError: Triton refused the model for another reason (its own error).
     """
-    from .. import bindings as b
+    from ... import bindings as b
 
     # Stubs that run already belong to other models (one being unloaded exits meanwhile, a zombie for a moment
     # until Triton reaps it): only a stub started during this load can be this model's.
