@@ -19,10 +19,14 @@ different (correct) results from the App SDK's (docs/bundles.md, "Differences").
 
 Out: a label map ``(1, W, H, D)`` becomes an ``Image`` ``(D, H, W)`` of uint8 carrying the pre-processed
 input's metadata; a 2D ``(1, W, H)`` one stays ``(W, H)``.
+
+A single-instance series (every MG, CR or DX image) arrives without ``nifti_affine_transform``: the App SDK
+computes none for one slice. It is placed at the origin with its pixel spacing (``single_instance_affine``).
 """
 
 from __future__ import annotations
 
+import logging
 from copy import deepcopy
 from typing import Any
 
@@ -33,6 +37,8 @@ from monai.deploy.core import Image
 from monai.utils import MetaKeys
 
 from ..errors import InputDataError
+
+logger = logging.getLogger(__name__)
 
 #: A key of every ``Image`` that ``DICOMSeriesToVolumeOperator`` makes (the series' properties).
 DICOM_SERIES_KEY = "SeriesInstanceUID"
@@ -84,19 +90,39 @@ def _from_dicom(image: Image) -> tuple[np.ndarray, dict[str, Any]]:
     source = image.metadata()
     meta = deepcopy(source)
     row, col = float(source["row_pixel_spacing"]), float(source["col_pixel_spacing"])
+    depth = float(source.get("depth_pixel_spacing") or 1.0)
     affine = source.get("nifti_affine_transform")
-    if affine is None:
-        raise InputDataError("a DICOM image's metadata has no nifti_affine_transform; cannot place it in space")
-    affine = np.asarray(affine, dtype=np.float64)
-    if DICOM_SERIES_KEY in source:  # DICOMSeriesToVolumeOperator's: row and column spacing put right
-        affine, row, col = dicom_pixel_spacing(affine, row, col), col, row
-    meta["spacing"] = np.asarray([row, col, source["depth_pixel_spacing"]])  # for the axes (i, j, k)
+    if affine is None:  # one instance (MG, CR, DX): no second slice to place the volume in space with
+        if DICOM_SERIES_KEY in source:  # the column spacing along i, as below
+            row, col = col, row
+        affine = single_instance_affine(image, (row, col, depth))
+    else:
+        affine = np.asarray(affine, dtype=np.float64)
+        if DICOM_SERIES_KEY in source:  # DICOMSeriesToVolumeOperator's: row and column spacing put right
+            affine, row, col = dicom_pixel_spacing(affine, row, col), col, row
+    meta["spacing"] = np.asarray([row, col, depth])  # for the axes (i, j, k)
     meta[MetaKeys.ORIGINAL_AFFINE] = affine
     meta[MetaKeys.AFFINE] = meta[MetaKeys.ORIGINAL_AFFINE].copy()
     converted = np.swapaxes(image.asnumpy(), 0, 2)
     meta[MetaKeys.SPATIAL_SHAPE] = np.asarray(converted.shape)
     meta[MetaKeys.ORIGINAL_CHANNEL_DIM] = "no_channel"
     return converted, meta
+
+
+def single_instance_affine(image: Image, spacing: tuple[float, float, float]) -> np.ndarray:
+    """The affine of a single-instance series (``DICOMSeriesToVolumeOperator`` computes none for one slice).
+
+    The spacings of the axes ``(i, j, k)`` on the diagonal: the grid the image's pixels are on,
+    at the origin. The App SDK's classifier app runs such an image without any affine; a bundle whose
+    transforms only resize and scale it (a classifier's) gets the same result either way.
+    """
+    if np.asarray(image.asnumpy()).ndim != 3 or np.asarray(image.asnumpy()).shape[0] != 1:
+        raise InputDataError(
+            f"a DICOM image of shape {list(np.shape(image.asnumpy()))} has no nifti_affine_transform in its "
+            "metadata; only a single-instance series (shape [1, rows, columns]) can be placed without one"
+        )
+    logger.info("a single-instance DICOM series: its affine is its pixel spacing, at the origin")
+    return np.diag([*spacing, 1.0])
 
 
 def dicom_pixel_spacing(affine: np.ndarray, row_spacing: float, col_spacing: float) -> np.ndarray:

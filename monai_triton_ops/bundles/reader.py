@@ -21,6 +21,7 @@ from . import inferer as inferers
 from . import transforms
 from .config import DEFAULT_CONFIG_NAMES, BundleConfig, ItemNames
 from .network import network_file, scripted_network
+from .outputs import output_spec
 from .source import find_bundle
 
 logger = logging.getLogger(__name__)
@@ -75,6 +76,8 @@ def read_bundle(
     names = items or ItemNames()
     config = BundleConfig(find_bundle(path), config_names)
     check_single_input(config)
+    for name, desc in config.outputs.items():  # class names that do not fit the classes: refused now
+        output_spec(name, desc, file=config.metadata_file.label)
     network, is_script = network_file(config)
     scripted = None if is_script else scripted_network(config, network)  # weights that do not fit: an error now
     bundle = Bundle(

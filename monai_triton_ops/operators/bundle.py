@@ -29,8 +29,9 @@ from monai.deploy.core import AppContext, Image
 from ..backends.base import BaseBackend
 from ..backends.registry import create_backend
 from ..bundles import DEFAULT_CONFIG_NAMES, Bundle, ItemNames, is_bundle, read_bundle, run_bundle
-from ..bundles.images import array_to_tensor, image_to_tensor, tensor_to_image
+from ..bundles.images import array_to_tensor, image_to_tensor
 from ..bundles.inferer import describe as describe_inferer
+from ..bundles.outputs import OutputKind, OutputSpec, check_port, emit, output_spec
 from ..errors import BundleError, ConfigError, InputDataError
 from ..pipeline.predictor import Predictor
 from ..preflight import is_remote
@@ -73,6 +74,7 @@ class BundleRun:
         self.input_ports = _labels(keywords.get("input_mapping"), "input_mapping")
         self.output_ports = _labels(keywords.get("output_mapping"), "output_mapping")
         _check_ports(self.bundle, self.input_ports, self.output_ports)
+        self.outputs = port_forms(self.bundle, keywords["output_mapping"])
         self.backend_spec = backend_spec
         self.backend_options = dict(backend_options)
         self._backend: BaseBackend | None = None
@@ -149,10 +151,11 @@ class BundleRun:
         )
 
     def _output(self, name: str, value: Any, meta: dict[str, Any]) -> Any:
-        kind = str(self.bundle.config.outputs[name].get("type", "image"))
-        if kind == "image":
-            return tensor_to_image(value, meta)
-        return value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
+        """An ``Image`` or a plain result, as ``bundles.outputs`` decides for the port's declared type."""
+        if name not in self.outputs:  # an output no port takes: handed on as the App SDK hands an array
+            return value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
+        spec, form = self.outputs[name]
+        return emit(spec, form, value, meta)
 
 
 def locate(bundle_path: Any, model_path: Any, model_name: str) -> tuple[Path, Path | None]:
@@ -203,6 +206,21 @@ def _labels(mapping: Any, what: str) -> tuple[str, ...]:
     if not mapping:
         raise BundleError(f"the bundle operator needs {what} (a list of IOMapping(label, Image, IOType.IN_MEMORY))")
     return tuple(str(getattr(item, "label", item)) for item in mapping)
+
+
+def port_forms(bundle: Bundle, mapping: Sequence[Any]) -> dict[str, tuple[OutputSpec, str]]:
+    """Each output port's spec and form (``bundles.outputs``): its ``IOMapping`` type checked against the metadata.
+
+    A bare label (no ``data_type``) takes an image output as an ``Image`` and any other as the result dict.
+    """
+    found: dict[str, tuple[OutputSpec, str]] = {}
+    label = bundle.config.metadata_file.label
+    for entry in mapping:
+        name = str(getattr(entry, "label", entry))
+        spec = output_spec(name, bundle.config.outputs[name], file=label)
+        declared = getattr(entry, "data_type", Image if spec.kind is OutputKind.IMAGE else dict)
+        found[name] = (spec, check_port(spec, declared))
+    return found
 
 
 def _check_ports(bundle: Bundle, inputs: Sequence[str], outputs: Sequence[str]) -> None:

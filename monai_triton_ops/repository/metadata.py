@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from ..bundles.outputs import tensor_dims
 from ..errors import ConfigError, ModelLoadError, ModelNotFoundError
 from ..signature import TENSOR_NAME, ModelSignature, TensorSpec, dtype_of
 
@@ -229,7 +230,7 @@ def signature_from_metadata(
     out_items = list(fmt["outputs"].items())
     in_names = input_names(len(in_items), schema_names)
     inputs = [_spec(name, n, d, max_batch_size) for n, (_, d) in zip(in_names, in_items, strict=True)]
-    outputs = [_spec(name, f"OUTPUT__{i}", d, max_batch_size) for i, (_, d) in enumerate(out_items)]
+    outputs = [_spec(name, f"OUTPUT__{i}", d, max_batch_size, output=True) for i, (_, d) in enumerate(out_items)]
     return ModelSignature(
         name=name,
         inputs=tuple(inputs),
@@ -240,8 +241,14 @@ def signature_from_metadata(
     )
 
 
-def _spec(model: str, tensor: str, desc: Mapping[str, Any], max_batch_size: int) -> TensorSpec:
+def _spec(model: str, tensor: str, desc: Mapping[str, Any], max_batch_size: int, *, output: bool = False) -> TensorSpec:
+    """``[batch, num_channels, *spatial_shape]``; a class-score output ``[batch, num_channels]`` (``bundles.outputs``:
+    the zoo writes those as ``spatial_shape [1, num_channels]``)."""
     where = f"model {model!r} tensor {tensor!r}"
+    scores = tensor_dims(desc) if output else None
+    if scores is not None:
+        dtype = dtype_of(str(desc.get("dtype", "float32")))
+        return TensorSpec(name=tensor, dtype=dtype, shape=scores if max_batch_size > 0 else (-1, *scores))
     if "spatial_shape" not in desc:
         raise ConfigError(f"{where}: network_data_format gives no spatial_shape, so the tensor rank is unknown")
     try:
