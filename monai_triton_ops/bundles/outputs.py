@@ -131,8 +131,27 @@ def class_names(name: str, desc: Mapping[str, Any], *, file: str = "") -> tuple[
 def output_spec(name: str, desc: Mapping[str, Any], *, file: str = "") -> OutputSpec:
     """``name``'s entry in ``network_data_format#outputs`` read and checked (class names of a score output)."""
     kind = output_kind(desc)
+    if kind is OutputKind.SCORES and _channels(desc) is None:
+        raise BundleError(
+            f"output {name!r} holds class scores (type {desc.get('type')!r}) but gives no num_channels (how many "
+            f"classes: the tensor is [batch, num_channels]), got {desc.get('num_channels')!r}",
+            file=file,
+            item=f"network_data_format#outputs#{name}",
+        )
     names = class_names(name, desc, file=file) if kind is OutputKind.SCORES else ()
     return OutputSpec(name=name, kind=kind, channels=_channels(desc), class_names=names, file=file)
+
+
+def describe(outputs: Mapping[str, Mapping[str, Any]]) -> str:
+    """One line for ``repo describe``: each output and what the operator emits for it."""
+    parts = []
+    for name, desc in outputs.items():
+        spec = output_spec(name, desc)
+        if spec.kind is OutputKind.SCORES:
+            parts.append(f"{name}: class scores ({', '.join(spec.class_names)}), emitted as a result")
+        else:
+            parts.append(f"{name}: {'an Image' if spec.kind is OutputKind.IMAGE else 'a result'}")
+    return "; ".join(parts)
 
 
 # -- the port's declared type -------------------------------------------------------------------------------------
@@ -288,6 +307,7 @@ __all__ = [
     "check_port",
     "class_names",
     "classification_result",
+    "describe",
     "emit",
     "is_scores",
     "output_kind",

@@ -164,7 +164,10 @@ def describe_bundle(path: str | Path, config_names: Sequence[str] = DEFAULT_CONF
     signature = rename(
         signature_from_metadata(model_name_of(bundle), bundle.metadata), bundle.input_names, bundle.output_names
     )
+    from ..bundles.outputs import describe as describe_outputs
+
     notes = (
+        f"outputs: {describe_outputs(bundle.config.outputs)}",
         f"inferer: {type(bundle.inferer).__name__}",
         f"network: {bundle.network.name} ({'TorchScript' if bundle.network_is_torchscript else 'network_def weights'})",
     )

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from .classify import classify_bundle
 from .makers import UNET_CONFIG, metadata, unet_bundle
 
 Made = tuple[Path, tuple[str, ...]]
@@ -111,6 +112,22 @@ def not_a_compose(folder: Path) -> Made:
     return folder, INFERENCE
 
 
+def class_names_count(folder: Path) -> Made:
+    """The zoo's breast density metadata with one class name left out: results would name the wrong classes."""
+    return classify_bundle(folder, channel_def={"0": "A", "1": "B", "2": "C"}), INFERENCE
+
+
+def class_names_not_numbered(folder: Path) -> Made:
+    return classify_bundle(
+        folder, channel_def={"A": "fatty", "B": "scattered", "C": "dense", "D": "extreme"}
+    ), INFERENCE
+
+
+def scores_without_channels(folder: Path) -> Made:
+    """``type "probabilities"`` (the zoo's endoscopy classifier's) without ``num_channels``: no tensor size."""
+    return classify_bundle(folder, type="probabilities", num_channels=None, channel_def={}), INFERENCE
+
+
 BROKEN: dict[str, Callable[[Path], Made]] = {
     "no_metadata": no_metadata,
     "json_syntax": json_syntax,
@@ -125,6 +142,9 @@ BROKEN: dict[str, Callable[[Path], Made]] = {
     "no_network": no_network,
     "plain_torchscript": plain_torchscript,
     "not_a_compose": not_a_compose,
+    "class_names_count": class_names_count,
+    "class_names_not_numbered": class_names_not_numbered,
+    "scores_without_channels": scores_without_channels,
 }
 
 EXPECTED: dict[str, tuple[str, str, str]] = {
@@ -141,4 +161,7 @@ EXPECTED: dict[str, tuple[str, str, str]] = {
     "no_network": ("models", "", "neither models/model.ts nor models/model.pt"),
     "plain_torchscript": ("model.ts", "", "without embedded bundle configs"),
     "not_a_compose": ("configs/inference.json", "postprocessing", "must be a Compose"),
+    "class_names_count": ("configs/metadata.json", "network_data_format#outputs#pred", "names 3 classes .* is 4"),
+    "class_names_not_numbered": ("configs/metadata.json", "network_data_format#outputs#pred", "keyed '0'..'3'"),
+    "scores_without_channels": ("configs/metadata.json", "network_data_format#outputs#pred", "gives no num_channels"),
 }

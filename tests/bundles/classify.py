@@ -13,15 +13,13 @@ post-processing as the config says. Nothing of this project takes part.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
-
-import json
 
 import numpy as np
 import torch
 from monai.networks.nets import DenseNet
-
 
 CLASSES = ("A", "B", "C", "D")
 SIZE = 32

@@ -30,6 +30,7 @@ from monai_triton_ops.repository.bundle import build_bundle, cached_repository
 from monai_triton_ops.server import LocalTritonServer, find_tritonserver
 from monai_triton_ops.server.discovery import find_triton_library
 
+from ..bundles.classify import CLASSES, classify_bundle, monai_alone, png_images
 from ..bundles.makers import ct_image, rgb_bundle, rgb_image, unet_bundle
 
 FORMS = ("ts", "pt", "archive")
@@ -74,6 +75,7 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("bundles")
     found = {form: unet_bundle(root / f"unet_{form}", form) for form in FORMS}
     found["rgb"] = rgb_bundle(root / "rgb")
+    found["classify"] = classify_bundle(root / "classify")
     return found
 
 
@@ -94,6 +96,8 @@ def references(fragment: Application, bundles: dict[str, Path]) -> dict[str, Ima
     """The App SDK operator's output for each bundle on its image."""
     found = {}
     for key, path in bundles.items():
+        if key == "classify":  # its reference is MONAI alone (test_classification_on_every_triton_backend)
+            continue
         op = MonaiBundleInferenceOperator(fragment, app_context=AppContext({}), bundle_path=path, **MAPPING)
         found[key] = run_operator(op, image_for(key))
     return found
@@ -167,7 +171,7 @@ def test_ports_are_the_mappings_labels(fragment: Application, bundles: dict[str,
 
 @pytest.mark.triton
 def test_triton_in_process_builds_the_models_itself_and_shares_one_server(
-    fragment: Application, bundles: dict[str, Path], references: dict[str, Image], bundle_cache: Path
+    fragment: Application, bundles: dict[str, Path], references: dict[str, Image], bundle_cache: Path, tmp_path: Path
 ) -> None:
     """No repository given: each operator builds its Triton model from its bundle into the cache (once per content);
     two bundle operators of one app (the App SDK's multi-AI example has several) run on one in-process server."""
@@ -193,6 +197,7 @@ def test_triton_in_process_builds_the_models_itself_and_shares_one_server(
         assert servers[0] is servers[1]
         for key, op in ops.items():
             assert_same(run_operator(op, image_for(key)), references[key], metadata=False)
+        assert_classifies(fragment, bundles["classify"], "triton", tmp_path)  # on the server the others hold open
     finally:
         for op in ops.values():
             op.stop()
@@ -215,6 +220,7 @@ def server(bundles: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -
     repo = tmp_path_factory.mktemp("served") / "repo"
     build_bundle(bundles["ts"], repo)
     build_bundle(bundles["rgb"], repo)
+    build_bundle(bundles["classify"], repo)
     with LocalTritonServer(repo, startup_timeout_s=180.0) as running:
         yield running
 
@@ -234,6 +240,26 @@ def test_remote_server_gives_identical_labels(
     url = server.grpc_url if scheme == "grpc" else server.http_url
     got = ours(fragment, bundles[key], url, image_for(key))
     assert_same(got, references[key], metadata=False)
+
+
+def assert_classifies(fragment: Application, bundle: Path, backend: str, folder: Path) -> None:
+    """The zoo-shaped classification bundle: the class and scores (within 1e-4) of the bundle run by MONAI alone."""
+    from .test_classify import classify
+
+    files = png_images(folder, count=2)
+    results = classify(fragment, bundle, files, dict, backend=backend)
+    for result, want in zip(results, monai_alone(bundle, files), strict=True):
+        assert result["predicted_class"] == CLASSES[int(np.argmax(want))]
+        np.testing.assert_allclose(np.array(list(result["probabilities"].values())), want, rtol=0, atol=1e-4)
+
+
+@pytest.mark.triton
+@pytest.mark.parametrize("scheme", ["grpc", "http"])
+def test_classification_on_a_remote_server(
+    fragment: Application, bundles: dict[str, Path], server: LocalTritonServer, tmp_path: Path, scheme: str
+) -> None:
+    url = server.grpc_url if scheme == "grpc" else server.http_url
+    assert_classifies(fragment, bundles["classify"], url, tmp_path)
 
 
 def test_the_bundle_it_cannot_find_is_named_with_where_it_looked(
