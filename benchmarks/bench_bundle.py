@@ -9,6 +9,9 @@ rounds (models loaded, servers started), as in an app; the first round is a warm
 median per image in seconds and the ratio to the App SDK operator, and checks the labels agree.
 
     .venv/bin/python benchmarks/bench_bundle.py [--rounds 10] [--size 96 96 64] [--channels 8 16 32]
+    .venv/bin/python benchmarks/bench_bundle.py --kind classification [--rounds 10] [--image-size 224]
+
+``--kind classification``: a 2D classification bundle against the bundle run by MONAI alone (``bench_classify.py``).
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--size", type=int, nargs=3, default=[96, 96, 64], metavar=("D", "H", "W"))
     parser.add_argument("--channels", type=int, nargs="+", default=[8, 16, 32])
     parser.add_argument("--roi", type=int, default=48, help="sliding-window size (cubic)")
+    parser.add_argument("--kind", choices=["segmentation", "classification"], default="segmentation")
+    parser.add_argument("--image-size", type=int, default=224, help="classification: the network's input size")
     return parser.parse_args()
 
 
@@ -66,6 +71,11 @@ def runner(op: Any, image: Image) -> Callable[[], np.ndarray]:
 
 def main() -> None:
     args = parse()
+    if args.kind == "classification":
+        from benchmarks.bench_classify import main as classification
+
+        classification(args)
+        return
     folder = Path(tempfile.mkdtemp(prefix="bench-bundle-"))
     os.environ.setdefault("MONAI_TRITON_CACHE", str(folder / "cache"))
     network = {**UNET_DEF, "channels": args.channels, "strides": [2] * (len(args.channels) - 1)}

@@ -365,7 +365,31 @@ def bundle_rows(tmp_path: Path) -> dict[str, Callable[[], BaseException]]:
         "mode=volume runs MONAI's SlidingWindowInferer (or SimpleInferer) on the server: ...": (
             lambda: raised(lambda: volume_bundle(tmp_path / "bundles" / "volume").start())
         ),
+        "bundle file .../configs/metadata.json, item 'network_data_format#outputs#pred': channel_def names ... "
+        "classes [...] but num_channels is ...": read("class_names_count"),
+        "bundle file .../configs/metadata.json, item 'network_data_format#outputs#pred': output 'pred' is scores (not "
+        "a spatial image), but the operator's output_mapping declares it an Image port; ...": (
+            lambda: raised(lambda: scores_as_image(tmp_path / "bundles" / "scores_as_image"))
+        ),
     }
+
+
+def scores_as_image(folder: Path) -> object:
+    """The zoo's breast density bundle wired as a segmentation app wires its output: an ``Image`` port."""
+    from monai.deploy.core import IOType
+    from monai.deploy.operators.monai_bundle_inference_operator import IOMapping
+
+    from monai_triton_ops import InferenceOperator
+
+    from .bundles.classify import classify_bundle
+
+    return InferenceOperator(
+        Application(),
+        bundle_path=classify_bundle(folder),
+        backend="torch",
+        input_mapping=[IOMapping("image", Image, IOType.IN_MEMORY)],
+        output_mapping=[IOMapping("pred", Image, IOType.IN_MEMORY)],
+    )
 
 
 def triggers(tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Callable[[], BaseException]]:
