@@ -127,3 +127,22 @@ def test_a_single_instance_dicom_image_without_an_affine_is_taken(tmp_path: Path
     np.testing.assert_allclose(np.asarray(tensor.affine), np.diag([0.2, 0.1, 1.0, 1.0]))
     with pytest.raises(InputDataError, match=r"shape \[2, 6, 5\] has no nifti_affine_transform"):
         image_to_tensor(Image(np.zeros((2, 6, 5), np.float32), metadata=meta), "image")
+
+
+def test_repo_describe_check_and_build_a_classification_bundle(
+    case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str], restore_console: None
+) -> None:
+    """The zoo's ``spatial_shape [1, 4]`` is a ``[-1, 4]`` tensor everywhere a bundle's signature is written."""
+    from monai_triton_ops.cli import main
+
+    capsys.readouterr()
+    assert main(["repo", "describe", str(case["bundle"])]) == 0
+    out = capsys.readouterr().out
+    assert "output 0  pred FP32 [-1, 4]" in out
+    assert "pred: class scores (A, B, C, D), emitted as a result" in out
+    assert main(["repo", "check", str(case["bundle"])]) == 0
+    assert "pred FP32 [-1, 4]" in capsys.readouterr().out
+    assert main(["repo", "build", str(case["bundle"]), "-o", str(tmp_path / "repo")]) == 0
+    config = (tmp_path / "repo" / "tiny_density" / "config.pbtxt").read_text()
+    assert 'name: "pred"' in config
+    assert "dims: [-1, 4]" in config
