@@ -23,6 +23,7 @@ from monai.deploy.operators.monai_bundle_inference_operator import IOMapping
 
 from monai_triton_ops import InferenceOperator
 from monai_triton_ops.bundles.images import image_to_tensor
+from monai_triton_ops.bundles.outputs import OutputKind, output_kind, tensor_dims
 from monai_triton_ops.errors import BundleError, InputDataError
 from monai_triton_ops.operators.image2d import read_image_2d
 from monai_triton_ops.operators.results_writer import write_result
@@ -146,3 +147,27 @@ def test_repo_describe_check_and_build_a_classification_bundle(
     config = (tmp_path / "repo" / "tiny_density" / "config.pbtxt").read_text()
     assert 'name: "pred"' in config
     assert "dims: [-1, 4]" in config
+
+
+#: ``network_data_format#outputs`` entries as the model zoo's bundles write them (trimmed to the keys read).
+ZOO_OUTPUTS = {
+    "spleen_ct_segmentation": ({"type": "image", "format": "segmentation", "num_channels": 2,
+                                "spatial_shape": [96, 96, 96]}, OutputKind.IMAGE, None),
+    "breast_density_classification": ({"type": "image", "format": "labels", "num_channels": 4,
+                                       "spatial_shape": [1, 4]}, OutputKind.SCORES, (4,)),
+    "endoscopic_inbody_classification": ({"type": "probabilities", "format": "classes", "num_channels": 2,
+                                          "spatial_shape": [1, 2]}, OutputKind.SCORES, (2,)),
+    "pathology_tumor_detection": ({"type": "probability", "format": "classification", "num_channels": 1,
+                                   "spatial_shape": [1, 1]}, OutputKind.SCORES, (1,)),
+    "mednist_gan": ({"type": "image", "format": "magnitude", "num_channels": 1, "spatial_shape": [64, 64]},
+                    OutputKind.IMAGE, None),
+    "a detector's boxes": ({"type": "object_detection", "format": "boxes", "num_channels": 0, "spatial_shape": []},
+                           OutputKind.RESULT, None),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("bundle", sorted(ZOO_OUTPUTS))
+def test_each_zoo_output_is_the_kind_it_is(bundle: str) -> None:
+    desc, kind, dims = ZOO_OUTPUTS[bundle]
+    assert output_kind(desc) is kind
+    assert tensor_dims(desc) == dims
