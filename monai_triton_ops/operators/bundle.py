@@ -12,7 +12,9 @@ labels are the ports, and must be the bundle's ``network_data_format`` names), `
   model ``NAME`` (``repo build`` made it), the pre- and post-processing always coming from the local bundle;
   with ``mode=volume``, model ``NAME_volume`` (``repo build --whole-volume``), which runs the bundle's sliding
   window on the server with the inferer's settings (``bundle_volume.py``);
-- one inference: ``bundles.run_bundle`` with the backend as the inferer's network (``pipeline.Predictor``).
+- one inference: ``bundles.run_bundle`` with the backend as the inferer's network (``pipeline.Predictor``);
+- what each output port emits, an ``Image`` or a plain result (class scores, any dict) in the type its
+  ``IOMapping`` declares: ``bundles.outputs`` decides (``port_forms`` checks the ports when the operator is made).
 """
 
 from __future__ import annotations
