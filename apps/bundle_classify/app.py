@@ -28,6 +28,7 @@ from monai.deploy.operators.monai_bundle_inference_operator import BundleConfigN
 
 from monai_triton_ops import InferenceOperator
 from monai_triton_ops.app_args import init_app_context
+from monai_triton_ops.errors import InputDataError
 from monai_triton_ops.operators.image2d import Image2DLoader, image_files, is_image_2d
 from monai_triton_ops.operators.nifti import NiftiImageLoader
 from monai_triton_ops.operators.results_writer import JSONResultsWriter
@@ -83,7 +84,7 @@ class BundleClassifyApp(Application):
 def _has_images(path: Path) -> bool:
     try:
         return path.is_dir() and bool(image_files(path))
-    except Exception:  # no 2D image in the folder: another kind of input
+    except (InputDataError, OSError):  # no 2D image in the folder: another kind of input
         return False
 
 
