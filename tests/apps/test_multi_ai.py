@@ -33,7 +33,7 @@ APP = Path(__file__).resolve().parent / "multi_ai"
 SINGLE = ROOT / "apps" / "bundle_seg"
 SPLEEN, PANCREAS = "spleen_ct", "pancreas_ct_dints"
 
-pytestmark = [pytest.mark.slow, pytest.mark.triton]
+pytestmark = pytest.mark.slow
 
 
 def write_models(root: Path) -> Path:
@@ -76,11 +76,13 @@ def server(work: Path) -> Iterator[LocalTritonServer]:
         yield running
 
 
-def exec_app(app: Path, *args: str | Path, before: tuple[str, ...] = (), **env: str) -> warm_python.PythonRun:
+def exec_app(
+    app: Path, *args: str | Path, before: tuple[str, ...] = (), code: int = 0, **env: str
+) -> warm_python.PythonRun:
     """``monai-triton exec [BEFORE] APP ARGS`` forked from the warm interpreter, with ``env`` added."""
     command = [sys.executable, "-m", "monai_triton_ops.cli", "exec", *before, str(app), *map(str, args)]
     result = warm_python.run(command, cwd=ROOT, env={**os.environ, **env}, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == code, result.stderr[-3000:]
     return result
 
 
@@ -129,6 +131,7 @@ def check(out: Path, references: dict[str, tuple[np.ndarray, list[int]]], log: s
         assert f"model {model!r} ran on {backend}" in log  # the run line names each model's backend
 
 
+@pytest.mark.triton
 def test_each_model_on_each_backend_one_remote_one_in_process(
     work: Path, server: LocalTritonServer, references: dict[str, tuple[np.ndarray, list[int]]]
 ) -> None:
@@ -150,3 +153,20 @@ def test_each_model_on_each_backend_one_remote_one_in_process(
     # --backend after APP: app-wide triton (a straight port gains --backend), spleen remote
     run = exec_app(APP, *io, "-o", work / "run4", "--backend", "triton", "--backend", f"{SPLEEN}={http}")
     check(work / "run4", references, run.stderr, {SPLEEN: "http", PANCREAS: "triton"})
+
+
+def test_a_bad_choice_is_one_line_before_anything_runs(work: Path, tmp_path: Path) -> None:
+    """The App SDK's own app context carries none of our settings: the operators read them from the environment
+    when the app composes its graph, and refuse a bad one there, before any model loads or any file is written."""
+    io = ["-i", work / "dicom", "-o", tmp_path / "out"]
+    run = exec_app(APP, *io, "-m", work / "models", code=2, MONAI_TRITON_BACKEND="torch;liver=triton")
+    line = run.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: MONAI_TRITON_BACKEND (environment): backend for model 'liver', which is not in")
+    assert "(models there: pancreas_ct_dints, spleen_ct)" in line
+    only_spleen = tmp_path / "models"
+    shutil.copytree(work / "models" / SPLEEN, only_spleen / SPLEEN)
+    run = exec_app(APP, *io, "-m", only_spleen, code=2)
+    line = run.stderr.strip().splitlines()[-1]
+    assert f"model {PANCREAS!r} is not in the models folder {str(only_spleen)!r} (models there: {SPLEEN})" in line
+    assert "Traceback" not in run.stderr
+    assert not list((tmp_path / "out").glob("*.dcm"))
