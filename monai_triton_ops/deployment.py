@@ -137,16 +137,16 @@ def resolve(
     exec_given = command_line_variables(env)
     cli = [*cli] or (split_values(env[ENV_BACKEND]) if ENV_BACKEND in exec_given else [])
     sources = [_source("command line", "--backend", cli, netloc_spec(netloc))]
-    for source in ("environment", "app.yaml"):
+    for kind in ("environment", "app.yaml"):
         found = {
             variable: env[variable]
             for variable in (ENV_BACKEND, ENV_NETLOC)
             if env.get(variable)
             and variable not in exec_given
-            and app_settings.source_of(variable, yaml_values, env) == source
+            and app_settings.source_of(variable, yaml_values, env) == kind
         }
         values = split_values(found.get(ENV_BACKEND, ""))
-        sources.append(_source(source, f"{ENV_BACKEND} ({source})", values, netloc_spec(found.get(ENV_NETLOC))))
+        sources.append(_source(kind, f"{ENV_BACKEND} ({kind})", values, netloc_spec(found.get(ENV_NETLOC))))
     app_wide = next((Setting(s.app_wide, s.name) for s in sources if s.app_wide), Setting(default, "code"))
     models: dict[str, Setting] = {}
     named: dict[str, str] = {}

@@ -12,16 +12,17 @@ from typing import Any
 
 from monai.deploy.core import AppContext
 
-from ..app_args import (
+from ..app_args import resolve_backend
+from ..app_settings import Setting, load_settings
+from ..deployment import (
     BACKEND_ARG,
     BACKEND_MAP_ARG,
     BACKEND_OPTIONS_ARG,
     BACKEND_SOURCE_ARG,
     MODEL_OPTIONS_ARG,
-    resolve_backend,
+    args_of,
+    load_model_options,
 )
-from ..app_settings import Setting, load_settings
-from ..deployment import args_of, load_model_options
 from ..errors import ConfigError
 
 #: ``MonaiSegInferenceOperator`` keywords that are inference settings here.

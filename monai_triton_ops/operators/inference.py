@@ -36,11 +36,12 @@ from monai.deploy.core import AppContext, Fragment, Image, OperatorSpec
 from monai.deploy.operators import InferenceOperator as SdkInferenceOperator
 
 from .. import deployment, interrupts
-from ..app_args import MODEL_NAME_ARG, PREVIEW_ARG, allow_non_finite_from
+from ..app_args import allow_non_finite_from
 from ..app_settings import backend_keywords, describe, model_name_for
 from ..backends.base import BaseBackend
 from ..backends.registry import create_backend
 from ..bundles import Bundle
+from ..deployment import MODEL_NAME_ARG, PREVIEW_ARG
 from ..errors import BackendStateError, ConfigError, InputDataError
 from ..pipeline.checks import check_finite, image_context
 from ..pipeline.dictionary import (
