@@ -157,16 +157,12 @@ def test_each_model_on_each_backend_one_remote_one_in_process(
 
 def test_a_bad_choice_is_one_line_before_anything_runs(work: Path, tmp_path: Path) -> None:
     """The App SDK's own app context carries none of our settings: the operators read them from the environment
-    when the app composes its graph, and refuse a bad one there, before any model loads or any file is written."""
+    when the app composes its graph, and refuse a bad one there, before any model loads or any file is written.
+    (A model missing from the folder: ``tests/test_quickstart_errors.py``.)"""
     io = ["-i", work / "dicom", "-o", tmp_path / "out"]
     run = exec_app(APP, *io, "-m", work / "models", code=2, MONAI_TRITON_BACKEND="torch;liver=triton")
     line = run.stderr.strip().splitlines()[-1]
     assert line.startswith("error: MONAI_TRITON_BACKEND (environment): backend for model 'liver', which is not in")
     assert "(models there: pancreas_ct_dints, spleen_ct)" in line
-    only_spleen = tmp_path / "models"
-    shutil.copytree(work / "models" / SPLEEN, only_spleen / SPLEEN)
-    run = exec_app(APP, *io, "-m", only_spleen, code=2)
-    line = run.stderr.strip().splitlines()[-1]
-    assert f"model {PANCREAS!r} is not in the models folder {str(only_spleen)!r} (models there: {SPLEEN})" in line
     assert "Traceback" not in run.stderr
     assert not list((tmp_path / "out").glob("*.dcm"))
