@@ -125,3 +125,22 @@ def test_exec_hands_a_backend_map_to_the_app_as_one_variable(tmp_path: Path) -> 
     )
     assert code == 0
     assert json.loads((out / "env.json").read_text()) == f"spleen={FLEET};torch"
+
+
+def test_an_app_with_our_context_gives_each_model_its_backend_and_that_backends_options(tmp_path: Path) -> None:
+    """``app_args.init_app_context`` takes the repeated flag; an option goes to each chosen backend that has it."""
+    from monai_triton_ops.app_args import init_app_context
+    from monai_triton_ops.operators.arguments import deployed_options, spec_from
+
+    for name in ("small", "big"):
+        (tmp_path / "models" / name).mkdir(parents=True)
+    (tmp_path / "in.nii.gz").write_bytes(b"x")
+    line = ["app", "-i", str(tmp_path / "in.nii.gz"), "-o", str(tmp_path / "out"), "-m", str(tmp_path / "models")]
+    remote = "grpc://127.0.0.1:9"
+    context = init_app_context([*line, "--backend", "torch", "--backend", f"big={remote}", "--shared-memory", "none"])
+    assert spec_from(None, context, "big") == (remote, "command line")
+    assert spec_from("triton", context, "small") == ("torch", "command line")  # deploy-time over the code's
+    assert {k: v.value for k, v in deployed_options(context, "big").items()} == {"shared_memory": "none"}
+    assert deployed_options(context, "small") == {}  # torch has no shared_memory: not given to it, and no error
+    with pytest.raises(UsageError, match=r"^--shared-memory: backend 'torch' has no option 'shared_memory'"):
+        init_app_context([*line, "--backend", "torch", "--shared-memory", "none"])
