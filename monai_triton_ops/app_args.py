@@ -34,31 +34,33 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from . import app_settings, console, exits, interrupts, preflight
+from . import app_settings, console, deployment, exits, interrupts, preflight
 from .app_settings import Setting
+from .deployment import (  # noqa: F401 (the keys of AppContext.args and the variables, imported from here too)
+    ALLOW_NON_FINITE_ARG,
+    BACKEND_ARG,
+    BACKEND_MAP_ARG,
+    BACKEND_OPTIONS_ARG,
+    BACKEND_SOURCE_ARG,
+    ENV_ALLOW_NON_FINITE,
+    ENV_BACKEND,
+    ENV_NETLOC,
+    ENV_PREVIEW,
+    MODEL_NAME_ARG,
+    MODEL_OPTIONS_ARG,
+    PREVIEW_ARG,
+    netloc_spec,
+)
 from .errors import ModelNotFoundError, UsageError
 
 if TYPE_CHECKING:
     from monai.deploy.core import AppContext
 
-ENV_BACKEND = "MONAI_TRITON_BACKEND"
 #: The app's default backend (``backends.registry.DEFAULT_BACKEND``; not imported here, so that ``run_app``
 #: can restart the process before torch is loaded).
 DEFAULT_BACKEND = "torch"
-ENV_ALLOW_NON_FINITE = "MONAI_TRITON_ALLOW_NON_FINITE"
-#: The App SDK's own variable for a Triton server's ``HOST:PORT`` (its ``-t/--triton-server-netloc``).
-ENV_NETLOC = "TRITON_SERVER_NETLOC"
-ENV_PREVIEW = "MONAI_TRITON_PREVIEW"
 #: The App SDK's (and a MAP's) model folder when -m is not given.
 ENV_MODEL_PATH = "HOLOSCAN_MODEL_PATH"
-#: Keys under which our options land in ``AppContext.args``.
-BACKEND_ARG = "backend"
-BACKEND_SOURCE_ARG = "backend_source"
-MODEL_NAME_ARG = "model_name"
-BACKEND_OPTIONS_ARG = "backend_options"
-PREVIEW_ARG = "preview"
-ALLOW_NON_FINITE_ARG = "allow_non_finite"
-_TRUE = {"1", "true", "yes", "on"}
 _HELP = ("-h", "--help")
 
 
@@ -78,9 +80,11 @@ def backend_parser(*, options: bool = True) -> argparse.ArgumentParser:
     parser.add_argument(
         "--backend",
         metavar="SPEC",
+        action="append",
         help=(
-            f"where the model runs: torch (default), triton, grpc://HOST:PORT, http://HOST:PORT (env {ENV_BACKEND}); "
-            f"wins over the App SDK's -t HOST:PORT / {ENV_NETLOC}, which mean http://HOST:PORT"
+            f"where the models run: torch (default), triton, grpc://HOST:PORT, http://HOST:PORT (env {ENV_BACKEND}); "
+            f"wins over the App SDK's -t HOST:PORT / {ENV_NETLOC}, which mean http://HOST:PORT. NAME=SPEC (repeat "
+            f"the flag; in the variable separated by ';') for the model NAME of the models folder"
         ),
     )
     parser.add_argument(
@@ -137,7 +141,7 @@ def _epilog() -> str:
 def split_backend_args(argv: Sequence[str]) -> tuple[str | None, list[str]]:
     """``(--backend value or None, argv without our options)``; ``argv[0]`` is the program, as in ``sys.argv``."""
     known, rest = _split(argv)
-    return known.backend, rest
+    return deployment.SEPARATOR.join(known.backend) if known.backend else None, rest
 
 
 def _split(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -164,13 +168,6 @@ def netloc_of(argv: Sequence[str]) -> str | None:
     return split_netloc_args(argv)[0]
 
 
-def netloc_spec(netloc: str | None) -> str | None:
-    """``HOST:PORT`` -> ``http://HOST:PORT`` (the App SDK's client is HTTP); a full spec is kept as is."""
-    if not netloc:
-        return None
-    return netloc if "://" in netloc else f"http://{netloc}"
-
-
 def resolve_backend(
     cli: str | None,
     *,
@@ -194,49 +191,33 @@ def resolve_backend_setting(
     from_yaml: Mapping[str, str] | None = None,
 ) -> Setting:
     """As :func:`resolve_backend`, with where the spec came from (``from_yaml``: what app.yaml set)."""
-    from .backends.registry import parse_backend_spec
-
-    env = os.environ if environ is None else environ
-    yaml_values = from_yaml or {}
-    choice: Setting | None = None
-    if cli or netloc:
-        choice = Setting(cli or netloc_spec(netloc) or "", "command line")
-    else:  # the environment's two variables, then app.yaml's: a real variable beats a default from app.yaml
-        found = [
-            Setting(value, app_settings.source_of(variable, yaml_values, env))
-            for variable, value in ((ENV_BACKEND, env.get(ENV_BACKEND)), (ENV_NETLOC, netloc_spec(env.get(ENV_NETLOC))))
-            if value
-        ]
-        choice = next((s for s in found if s.source == "environment"), found[0] if found else None)
-    choice = choice or Setting(default, "code")
-    parse_backend_spec(choice.value)  # a typo fails here, before any operator starts
-    return choice
+    given = [cli] if cli else []
+    return deployment.resolve(given, netloc=netloc, environ=environ, from_yaml=from_yaml, default=default).default
 
 
 def resolve_allow_non_finite(cli: bool | None, *, environ: Mapping[str, str] | None = None) -> bool:
     """``--allow-non-finite``, else ``MONAI_TRITON_ALLOW_NON_FINITE`` (1/true/yes/on), else False."""
-    env = os.environ if environ is None else environ
-    return bool(cli) or env.get(ENV_ALLOW_NON_FINITE, "").strip().lower() in _TRUE
+    return deployment.is_set(cli, ENV_ALLOW_NON_FINITE, environ)
 
 
 def resolve_flag(cli: bool | None, variable: str, *, environ: Mapping[str, str] | None = None) -> bool:
     """A switch: the flag, else the variable (1/true/yes/on), else False."""
-    env = os.environ if environ is None else environ
-    return bool(cli) or env.get(variable, "").strip().lower() in _TRUE
+    return deployment.is_set(cli, variable, environ)
 
 
 def allow_non_finite_from(app_context: AppContext | None) -> bool:
     """What the app context (or, without one, the environment) says about NaN/Inf voxels."""
     if app_context is not None and ALLOW_NON_FINITE_ARG in app_context.args:
-        return str(app_context.args[ALLOW_NON_FINITE_ARG]).lower() in _TRUE
+        return deployment.is_set(None, "", {"": str(app_context.args[ALLOW_NON_FINITE_ARG])})
     return resolve_allow_non_finite(None)
 
 
 def init_app_context(argv: Sequence[str] | None = None, *, default_backend: str = DEFAULT_BACKEND) -> AppContext:
     """The App SDK's ``init_app_context`` plus our options, after the checks that need no graph.
 
-    ``context.args`` gets ``backend`` (the spec) and ``backend_source``, ``model_name`` (an override
-    or None), ``backend_options`` (``{name: Setting}``), ``preview`` and ``allow_non_finite``.
+    ``context.args`` gets ``deployment.context_args``: ``backend`` (the app-wide spec) and ``backend_source``,
+    ``backend_map`` (the models with a backend of their own), ``model_name`` (an override or None),
+    ``backend_options`` and ``model_backend_options``, ``preview`` and ``allow_non_finite``.
     """
     from monai.deploy.core import RuntimeEnv
     from monai.deploy.core import init_app_context as sdk_init_app_context
@@ -251,9 +232,16 @@ def init_app_context(argv: Sequence[str] | None = None, *, default_backend: str 
     )
     ours, rest = _split(argv)
     netloc, rest = split_netloc_args(rest)
-    backend = resolve_backend_setting(ours.backend, default=default_backend, netloc=netloc, from_yaml=from_yaml)
-    preflight.check_backend(backend.value)  # reserved or not installed: exit 3 here, not when the graph runs
-    options = app_settings.resolve_backend_options(backend.value, _cli_options(ours), from_yaml=from_yaml)
+    given = deployment.Given(
+        backends=ours.backend or (),
+        netloc=netloc,
+        options=_cli_options(ours),
+        model_name=ours.model_name,
+        preview=ours.preview,
+        allow_non_finite=ours.allow_non_finite,
+    )
+    models_path = args.model or os.environ.get(ENV_MODEL_PATH)
+    deployed = deployment.context_args(given, from_yaml=from_yaml, models_path=models_path, default=default_backend)
     _check_paths(args)
     level = args.log_level or console.DEFAULT_LEVEL
     console.configure_holoscan(level)
@@ -266,12 +254,7 @@ def init_app_context(argv: Sequence[str] | None = None, *, default_backend: str 
     context = sdk_init_app_context(rest if args.log_level else [*rest, "-l", level], runtime_env)
     context.triton_server_netloc = sdk_netloc
     interrupts.track_output(context.output_path)  # an interrupted run leaves no file of its own behind
-    context.args[BACKEND_ARG] = backend.value
-    context.args[BACKEND_SOURCE_ARG] = backend.source
-    context.args[MODEL_NAME_ARG] = ours.model_name or os.environ.get(app_settings.ENV_MODEL_NAME) or ""
-    context.args[BACKEND_OPTIONS_ARG] = app_settings.dump_settings(options)
-    context.args[PREVIEW_ARG] = str(resolve_flag(ours.preview, ENV_PREVIEW)).lower()
-    context.args[ALLOW_NON_FINITE_ARG] = str(resolve_allow_non_finite(ours.allow_non_finite)).lower()
+    context.args.update(deployed)
     return context
 
 

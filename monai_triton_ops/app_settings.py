@@ -140,6 +140,13 @@ def backend_option_names() -> dict[str, tuple[str, ...]]:
     return {option: tuple(schemes) for option, schemes in sorted(names.items())}
 
 
+def accepted_options(spec: str) -> list[str]:
+    """The options ``spec``'s backend takes."""
+    from .backends.registry import backend_class
+
+    return _option_names(backend_class(spec).options_type)
+
+
 def resolve_backend_options(
     spec: str,
     cli: Mapping[str, str | None],

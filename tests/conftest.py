@@ -180,6 +180,7 @@ SHARED_FOLDERS = ("bindings", "packaging", "repository", "server")
 #: first.
 LONGEST_FIRST = (
     "tests/apps/test_brain_tissue_seg.py",
+    "tests/apps/test_multi_ai.py",  # six runs of a two-model app and a tritonserver (~70 s alone)
     "packaging",
     "tests/test_docs.py",
     "tests/apps/test_minimal.py",

@@ -26,6 +26,7 @@ out = Path(sys.argv[sys.argv.index("-o") + 1])
 out.mkdir(parents=True, exist_ok=True)
 (out / "argv.json").write_text(json.dumps(sys.argv[1:]))
 (out / "stack.json").write_text(json.dumps(resource.getrlimit(resource.RLIMIT_STACK)))
+(out / "env.json").write_text(json.dumps({k: v for k, v in os.environ.items() if k.startswith("MONAI_TRITON_")}))
 """
 
 
@@ -44,16 +45,28 @@ def recorder(tmp_path: Path) -> Path:
 
 
 def test_exec_runs_a_folder_app_with_the_sdk_arguments_and_ours(recorder: Path, tmp_path: Path) -> None:
+    """The App SDK's options reach the app's command line, ours (before or after APP) its environment: an App SDK
+    app's own parser (``Application.init_app_context``) refuses options it does not know."""
     out = tmp_path / "out"
     code = main(
-        ["exec", str(recorder), "-i", "in", "-o", str(out), "-m", "models", "--backend", "torch", "-l", "debug",
-         "-w", "work", "-t", "triton:8000", "--allow-non-finite"]
+        ["exec", "--backend", "torch", str(recorder), "-i", "in", "-o", str(out), "-m", "models", "-l", "debug",
+         "-w", "work", "-t", "triton:8000", "--allow-non-finite", "--timeout-s", "30", "--backend", "seg=triton",
+         "--model-name", "seg", "--holoscan-option", "x"]
     )  # fmt: skip
     assert code == 0
     assert json.loads((out / "argv.json").read_text()) == [
-        "-i", "in", "-o", str(out), "-m", "models", "--backend", "torch", "-l", "DEBUG",
-        "-w", "work", "-t", "triton:8000", "--allow-non-finite",
+        "-i", "in", "-o", str(out), "-m", "models", "-l", "DEBUG", "-w", "work", "-t", "triton:8000",
+        "--holoscan-option", "x",
     ]  # fmt: skip
+    assert json.loads((out / "env.json").read_text()) == {
+        "MONAI_TRITON_BACKEND": "torch;seg=triton",
+        "MONAI_TRITON_TIMEOUT_S": "30",
+        "MONAI_TRITON_MODEL_NAME": "seg",
+        "MONAI_TRITON_ALLOW_NON_FINITE": "1",
+        "MONAI_TRITON_COMMAND_LINE": "MONAI_TRITON_ALLOW_NON_FINITE,MONAI_TRITON_BACKEND,MONAI_TRITON_MODEL_NAME,"
+        "MONAI_TRITON_TIMEOUT_S",
+    }
+    assert "MONAI_TRITON_BACKEND" not in os.environ  # the run's environment is the app's, not left behind
 
 
 def test_exec_runs_a_script_and_refuses_a_non_app(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -19,11 +19,12 @@ import pytest
 import torch
 from monai.deploy.core import Application, Image
 
-from monai_triton_ops import InferenceSettings, create_backend, errors, exits, preflight
+from monai_triton_ops import InferenceSettings, create_backend, deployment, errors, exits, preflight
 from monai_triton_ops.app_args import app_parser, resolve_backend
 from monai_triton_ops.app_settings import app_yaml_of, model_name_for, read_app_environment, resolve_backend_options
 from monai_triton_ops.backends import registry
 from monai_triton_ops.backends.mock import MockBackend
+from monai_triton_ops.operators.bundle import locate
 from monai_triton_ops.operators.nifti import NiftiImageLoader
 from monai_triton_ops.pipeline.inputs import check_dicom_images, classify_input
 from monai_triton_ops.repository.builder import build_repository
@@ -541,6 +542,17 @@ def triggers(tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch) -> dic
         "model name 'seg=': expected NAME or CODE=NAME[,CODE=NAME...], got 'seg='": lambda: raised(
             lambda: model_name_for("seg", "seg=")
         ),
+        "--backend: two backends for model 'spleen', '...' and '...'; give one": lambda: raised(
+            lambda: deployment.resolve(["spleen=torch", "spleen=triton"], environ={})
+        ),
+        "MONAI_TRITON_BACKEND (environment): backend for model 'liver', which is not in the models folder '...' "
+        "(models there: ...); NAME must be a model's folder name": lambda: raised(
+            lambda: deployment.check_models(
+                deployment.resolve([], environ={"MONAI_TRITON_BACKEND": "liver=torch"}), repo
+            )
+        ),
+        "bundle: model 'liver' is not in the models folder '...' (models there: ...); model_name must be a model's "
+        "folder name": lambda: raised(lambda: locate(None, repo, "liver")),
         "model 'seg': model_path '...' is a file; give the model repository folder (...)": lambda: raised(
             lambda: infer(repo, volume(), model_path=repo / "seg" / "1" / "model.pt")
         ),

@@ -1,6 +1,6 @@
 """monai-triton: run App SDK apps on any backend; build, check and serve model repositories.
 
-    monai-triton exec APP -i IN -o OUT -m MODELS [--backend SPEC] [-w DIR] [-t HOST:PORT] [APP OPTIONS]
+    monai-triton exec APP -i IN -o OUT -m MODELS [--backend [NAME=]SPEC ...] [--timeout-s 30 ...] [APP OPTIONS]
     monai-triton repo build MODEL -o REPO --name NAME [--flavor python|libtorch] [--input-shape 1,1,96,96,96 ...]
                             [--like CONFIG] [--input-name NAME ...] [--output-name NAME ...]
                             [--whole-volume [--max-volume-mb N]]
@@ -32,8 +32,9 @@ from .parser import Parser
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     try:
-        parser = build_parser()
-        args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else list(argv))
+        line = sys.argv[1:] if argv is None else list(argv)
+        parser = build_parser(exec_options=_command_of(line) == "exec")
+        args, rest = parser.parse_known_args(line)
         if rest and args.command != "exec":  # exec hands the rest to the app, whose parser judges it
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
         args.app_args = rest
@@ -47,12 +48,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     return exits.run_guarded(lambda: args.handler(args), debug=level == "DEBUG")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_of(line: Sequence[str]) -> str | None:
+    """The command a command line names (its first word that is not an option)."""
+    return next((word for word in line if not word.startswith("-")), None)
+
+
+def build_parser(*, exec_options: bool = False) -> argparse.ArgumentParser:
+    """Every command's parser; ``exec_options``: ``exec`` takes every backend option's flag (imports the backends)."""
     codes = ", ".join(f"{code} {text}" for code, text in exits.MEANINGS.items())
     parser = Parser(prog="monai-triton", description=(__doc__ or "").split("\n\n")[0], epilog=f"Exit codes: {codes}.")
     parser.add_argument("--version", action="version", version=f"monai-triton {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    apps.add_exec(commands)
+    apps.add_exec(commands, options=exec_options)
     repo.add_repo(commands)
     repo.add_config(commands)
     serve.add_serve(commands)

@@ -12,7 +12,17 @@ from typing import Any
 
 from monai.deploy.core import AppContext
 
-from ..app_args import BACKEND_ARG, BACKEND_SOURCE_ARG, resolve_backend
+from ..app_args import resolve_backend
+from ..app_settings import Setting, load_settings
+from ..deployment import (
+    BACKEND_ARG,
+    BACKEND_MAP_ARG,
+    BACKEND_OPTIONS_ARG,
+    BACKEND_SOURCE_ARG,
+    MODEL_OPTIONS_ARG,
+    args_of,
+    load_model_options,
+)
 from ..errors import ConfigError
 
 #: ``MonaiSegInferenceOperator`` keywords that are inference settings here.
@@ -43,14 +53,18 @@ def repository_of(path: str | Path, model_name: str) -> str:
     return str(folder)
 
 
-def spec_from(backend: str | None, app_context: AppContext | None) -> tuple[str, str]:
-    """The deploy-time choice (command line, environment, app.yaml), else the code's, else the default;
-    with its source (``app_settings.SOURCES``), by which the options in its query string rank.
+def spec_from(backend: str | None, app_context: AppContext | None, model_name: str = "") -> tuple[str, str]:
+    """The deploy-time choice for ``model_name`` (its own ``NAME=SPEC``, else the app-wide one: command line,
+    environment, ``app.yaml``), else the code's, else the default; with its source (``app_settings.SOURCES``), by
+    which the options in its query string rank.
 
-    An app context made by the App SDK's own ``init_app_context`` has no ``backend``: its ``-t`` /
-    ``TRITON_SERVER_NETLOC`` (``triton_server_netloc``) means ``http://HOST:PORT``, as there.
+    An app context made by the App SDK's own ``init_app_context`` carries none of ours: they come from the
+    environment and ``app.yaml`` (``deployment.args_of``), and its ``-t`` means ``http://HOST:PORT``, as there.
     """
-    args = dict(app_context.args) if app_context is not None else {}
+    args = args_of(app_context)
+    own = load_settings(args.get(BACKEND_MAP_ARG)).get(model_name) if model_name else None
+    if own is not None:
+        return own.value, own.source
     source = str(args.get(BACKEND_SOURCE_ARG, "command line"))
     deployed = args.get(BACKEND_ARG) if source != "code" else None
     if deployed:
@@ -59,5 +73,11 @@ def spec_from(backend: str | None, app_context: AppContext | None) -> tuple[str,
         return resolve_backend(backend), "code"
     if args.get(BACKEND_ARG):
         return str(args[BACKEND_ARG]), "code"
-    netloc = getattr(app_context, "triton_server_netloc", "") if app_context is not None else ""
-    return resolve_backend(None, netloc=netloc or None), "command line" if netloc else "code"
+    return resolve_backend(None), "code"
+
+
+def deployed_options(app_context: AppContext | None, model_name: str) -> dict[str, Setting]:
+    """The deploy-time backend options of ``model_name``: those of its own backend, else the app-wide backend's."""
+    args = args_of(app_context)
+    own = load_model_options(args.get(MODEL_OPTIONS_ARG), model_name) if model_name else None
+    return own if own is not None else load_settings(args.get(BACKEND_OPTIONS_ARG))

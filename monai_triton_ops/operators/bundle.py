@@ -182,6 +182,11 @@ def locate(bundle_path: Any, model_path: Any, model_name: str) -> tuple[Path, Pa
     folders = (
         [p for p in sorted(given.iterdir()) if p.is_dir() and not p.name.startswith(".")] if given.is_dir() else []
     )
+    if model_name and folders and not (given / model_name).exists():  # a models folder without this model
+        raise BundleError(
+            f"model {model_name!r} is not in the models folder {str(given)!r} (models there: "
+            f"{', '.join(p.name for p in folders)}); model_name must be a model's folder name"
+        )
     candidates = [given / model_name] if model_name else folders
     found = [bundle for bundle in map(_bundle_in, candidates) if bundle is not None]
     if len(found) == 1:

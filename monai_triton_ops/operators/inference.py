@@ -35,12 +35,13 @@ import torch
 from monai.deploy.core import AppContext, Fragment, Image, OperatorSpec
 from monai.deploy.operators import InferenceOperator as SdkInferenceOperator
 
-from .. import interrupts
-from ..app_args import BACKEND_OPTIONS_ARG, MODEL_NAME_ARG, PREVIEW_ARG, allow_non_finite_from
-from ..app_settings import backend_keywords, describe, load_settings, model_name_for
+from .. import deployment, interrupts
+from ..app_args import allow_non_finite_from
+from ..app_settings import backend_keywords, describe, model_name_for
 from ..backends.base import BaseBackend
 from ..backends.registry import create_backend
 from ..bundles import Bundle
+from ..deployment import MODEL_NAME_ARG, PREVIEW_ARG
 from ..errors import BackendStateError, ConfigError, InputDataError
 from ..pipeline.checks import check_finite, image_context
 from ..pipeline.dictionary import (
@@ -55,7 +56,7 @@ from ..pipeline.image import from_channel_first, to_channel_first
 from ..pipeline.run import Transform, run_inference
 from ..pipeline.settings import InferenceSettings
 from ..preflight import check_model_entry
-from .arguments import repository_of, sdk_settings, spec_from
+from .arguments import deployed_options, repository_of, sdk_settings, spec_from
 from .bundle import BundleRun, bundle_keywords
 from .report import log_run
 
@@ -124,17 +125,10 @@ class InferenceOperator(SdkInferenceOperator):
             raise ConfigError(
                 f"give InferenceOperator either settings or settings_overrides ({sorted(overrides)}), not both"
             )
-        args_of = dict(app_context.args) if app_context is not None else {}
+        args_of = deployment.args_of(app_context)
         self.model_name = model_name_for(model_name, args_of.get(MODEL_NAME_ARG))
         self._factory = backend if callable(backend) else None
-        deployed = load_settings(args_of.get(BACKEND_OPTIONS_ARG))
-        if callable(backend):
-            self.backend_spec = None
-            self.backend_options = {**(backend_options or {}), **{k: v.value for k, v in deployed.items()}}
-        else:
-            self.backend_spec, spec_source = spec_from(backend, app_context)
-            self.backend_options = backend_keywords(self.backend_spec, spec_source, deployed, backend_options or {})
-        self._deployed_options = describe(deployed)
+        self._choose_backend(None if callable(backend) else backend, app_context, backend_options or {})
         repository = app_context.model_path if app_context is not None and app_context.model_path else model_path
         self._bundle: BundleRun | None = None
         if bundle:  # the bundle says where its network is; the app's -m may be the bundle itself
@@ -145,7 +139,10 @@ class InferenceOperator(SdkInferenceOperator):
                 backend_spec=self.backend_spec,
                 backend_options=self.backend_options,
             )
-            self.model_name = self._bundle.model_name
+            if self._bundle.model_name != self.model_name:  # named by the bundle: its own backend, if it has one
+                self.model_name = self._bundle.model_name
+                self._choose_backend(None if callable(backend) else backend, app_context, backend_options or {})
+                self._bundle.backend_spec, self._bundle.backend_options = self.backend_spec, dict(self.backend_options)
         elif not self.model_name:
             raise ConfigError("InferenceOperator needs model_name= (the model's folder name in the repository)")
         elif repository:
@@ -170,6 +167,17 @@ class InferenceOperator(SdkInferenceOperator):
         self._interrupt_key: int | None = None
         self._lock = threading.Lock()
         super().__init__(fragment, *args, **kwargs)  # Holoscan calls setup() from here
+
+    def _choose_backend(self, backend: str | None, app_context: AppContext | None, code: Mapping[str, Any]) -> None:
+        """This model's backend spec and options: deploy-time (its ``NAME=SPEC``, else the app's) over the code's."""
+        deployed = deployed_options(app_context, self.model_name)
+        if self._factory is not None:
+            self.backend_spec = None
+            self.backend_options = {**code, **{k: v.value for k, v in deployed.items()}}
+        else:
+            self.backend_spec, spec_source = spec_from(backend, app_context, self.model_name)
+            self.backend_options = backend_keywords(self.backend_spec, spec_source, deployed, code)
+        self._deployed_options = describe(deployed)
 
     def setup(self, spec: OperatorSpec) -> None:
         for port in self._bundle.input_ports if self._bundle else (self.INPUT_PORT,):
