@@ -49,7 +49,7 @@ import numpy as np
 from monai_triton_ops import create_backend, install_signal_handlers, interrupts
 {install}
 backend = create_backend("triton{query}", "{model}", model_repository=sys.argv[1], max_in_flight={max_in_flight}).open()
-interrupts.register(lambda: backend.close(timeout_s=0.5))  # what the inference operator registers
+{register}
 futures = [backend.submit({{"INPUT__0": np.ones(4, np.float32)}}) for _ in range(8)]
 print("pid", os.getpid(), flush=True)
 {end}
@@ -57,10 +57,15 @@ print("last line", time.monotonic(), flush=True)
 """
 
 
+#: What the inference operator registers for a signal; a program that embeds a backend registers nothing.
+REGISTER_CLOSE = "interrupts.register(lambda: backend.close(timeout_s=0.5))"
+
+
 def run_child(tmp_path: Path, repo: Path, *, end: str = "", query: str = "", model: str = "very_slow",
-              max_in_flight: int = 8, install: bool = False) -> Child:  # fmt: skip
+              max_in_flight: int = 8, install: bool = False, register: str = REGISTER_CLOSE) -> Child:  # fmt: skip
     code = CHILD.format(
         install="install_signal_handlers()" if install else "",
+        register=register,
         query=query,
         model=model,
         max_in_flight=max_in_flight,
@@ -153,6 +158,24 @@ def test_sigterm_ends_the_process_within_5_s_with_exit_143_and_nothing_left(repo
     assert_nothing_left(child, (128 + signal.SIGTERM,))
     assert "error: terminated (SIGTERM)" in child.stderr()
     assert ended - sent <= 0.5 + BEYOND_S, child.stderr()[-3000:]
+
+
+def test_sigterm_with_only_the_signal_handlers_installed_leaves_no_temporary_folder(repo: Path, tmp_path: Path) -> None:
+    """A program that calls ``install_signal_handlers()`` as the quickstart says and registers nothing of its own:
+    the server's own signal cleanup ends it (requests cancelled, stubs killed) before the process ends, so its
+    temporary folder, shared memory and stubs go too, within ``exit_timeout_s`` + 5 s."""
+    end = """
+    print("ready", flush=True)
+    threading.Event().wait()
+    """
+    child = run_child(tmp_path, repo, end=end, install=True, register="", query="?exit_timeout_s=2")
+    child.expect("ready")
+    sent = time.monotonic()
+    child.process.send_signal(signal.SIGTERM)
+    ended = child.finish()
+    assert_nothing_left(child, (128 + signal.SIGTERM,))
+    assert "error: terminated (SIGTERM)" in child.stderr()
+    assert ended - sent <= 2 + BEYOND_S, child.stderr()[-3000:]
 
 
 @pytest.mark.slow

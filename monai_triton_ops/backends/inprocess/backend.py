@@ -9,10 +9,11 @@ A request goes to ``TRITONSERVER_ServerInferAsync``; the response callback reads
 binding's ``ArrayAllocator`` had Triton write straight into buffers lent by this backend's pool
 (``leases``): views of those very buffers go to the caller, without a copy, and a buffer is reused only
 once the caller has dropped every array of it (the contract's ownership rule; fresh memory per output
-cost more than the copy it saves: the kernel zeroes every new page). This backend's future completes
-at the FINAL response; the request is deleted once Triton has released it (the binding's future), and a
-failure seen only then fails the call. A deadline cancels the request in Triton, best effort (a
-Python-backend model already executing runs on).
+cost more than the copy it saves: the kernel zeroes every new page). A request is tracked once: one future,
+its answer, completed by the response callback at the FINAL response (or failed by it, or at the landing
+when the flight failed unanswered), and one registry of what is in flight, the server's ``flights``, which
+owns the Triton request from submit until Triton lets go of it and deletes it then. A deadline cancels the
+request in Triton, best effort (a Python-backend model already executing runs on).
 
     backend = create_backend("triton?log_verbose=1", "brain_tissue_seg", model_repository="model_repository")
 """
@@ -20,14 +21,12 @@ Python-backend model already executing runs on).
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import struct
-import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, InvalidStateError
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -119,24 +118,42 @@ class TritonOptions(BackendOptions):
         )
 
 
-@dataclass
-class _Pending:
-    """One request's outputs read so far and the backend's future (the request's response-callback object).
+class _Answer:
+    """One request's answer: the future the contract gets, and the outputs read so far.
 
-    It never refers to the request: the request holds it, and a cycle would keep the future, hence the
-    outputs and the buffers they were lent, until the garbage collector runs.
+    It never refers to the Triton request (the request holds it as its response callback's object, and a
+    cycle would keep the future, hence the outputs and the buffers they were lent, until the garbage
+    collector runs).
     """
 
-    result: Future[Mapping[str, ArrayLike]]
-    outputs: dict[str, ArrayLike] = field(default_factory=dict)
-    failed: bool = False
+    __slots__ = ("_translate", "future", "outputs")
+
+    def __init__(self, translate: Callable[[BaseException], BaseException]) -> None:
+        self.future: Future[Mapping[str, ArrayLike]] = Future()
+        self.outputs: dict[str, ArrayLike] | None = {}  # None once failed
+        self._translate = translate
 
     def deliver(self) -> None:
         """The FINAL response was read without error: the outputs go to the caller now, not at the request's
         release (Triton releases it a little later; the request keeps the inputs alive until then)."""
-        outputs, self.outputs = self.outputs, {}
-        with contextlib.suppress(InvalidStateError):
-            self.result.set_result(outputs)
+        outputs, self.outputs = self.outputs, None
+        if outputs is not None:
+            with contextlib.suppress(InvalidStateError):
+                self.future.set_result(outputs)
+
+    def fail(self, error: BaseException) -> None:
+        """Fail the answer with ``error`` in the project's terms, unless it has its outcome already.
+
+        Its traceback is kept as text (``detached``): frames would keep the outputs read so far, and the
+        buffers they were lent, alive for as long as the caller keeps the error.
+        """
+        from ...bindings.flight import detached
+
+        self.outputs = None
+        if not self.future.done():
+            detached(error)
+            with contextlib.suppress(InvalidStateError):
+                self.future.set_exception(self._translate(error))
 
 
 class InProcessBackend(BaseBackend):
@@ -170,8 +187,6 @@ class InProcessBackend(BaseBackend):
         self._repository = self.model_repository.resolve()
         self._server: shared.InProcessServer | None = None
         self._allocator: bindings.ArrayAllocator | None = None
-        self._requests: dict[int, bindings.TRITONSERVER_InferenceRequest] = {}  # in Triton, for cancel
-        self._requests_lock = threading.Lock()
         self._buffers = BufferPool()
         self._close_by: float | None = None  # close()'s deadline, which the server's end keeps too
 
@@ -200,58 +215,35 @@ class InProcessBackend(BaseBackend):
         return signature
 
     def _submit(self, request: InferRequest) -> Future[Mapping[str, ArrayLike]]:
-        result: Future[Mapping[str, ArrayLike]] = Future()
-        pending = _Pending(result)
-        key = id(request)
-        triton_request = None
-        try:
-            triton_request = self._triton_request(request, pending)
-            with self._requests_lock:
-                self._requests[key] = triton_request
-            landed = self.server.submit(triton_request)
+        answer = _Answer(self._error)
+        try:  # from here the server owns the Triton request: it deletes it when refused or once landed
+            self.server.submit(self._triton_request(request, answer), request, answer)
         except Exception as exc:  # refused synchronously: a closing server, an input Triton rejects
-            with self._requests_lock:
-                self._requests.pop(key, None)
-            if triton_request is not None:  # never Triton's: deleted now, or it pins its model until collected
-                _delete(triton_request)
             raise self._error(exc) from exc
-        landed.add_done_callback(functools.partial(self._landed, key, pending))
-        return result
+        return answer.future
 
-    def _triton_request(self, request: InferRequest, pending: _Pending) -> bindings.TRITONSERVER_InferenceRequest:
+    def _triton_request(self, request: InferRequest, answer: _Answer) -> bindings.TRITONSERVER_InferenceRequest:
         from ... import bindings as b
 
         allocator = self._allocator
         if allocator is None:
             raise InferenceError(f"{self!r}: no response allocator (not open)")
         triton_request = b.TRITONSERVER_InferenceRequest(self.server.server, self.model_name, self.version or -1)
-        signature = self.signature
-        for name, value in request.inputs.items():
-            spec = signature.input(name)
-            data = _input_data(spec, value)
-            triton_request.add_input(name, b.TRITONSERVER_DataType[spec.dtype], tuple(int(d) for d in value.shape))
-            triton_request.append_input_data(name, data)
-        for name in request.outputs:
-            triton_request.add_requested_output(name)
-        triton_request.set_response_callback(allocator, None, _on_response, pending)
+        try:
+            signature = self.signature
+            for name, value in request.inputs.items():
+                spec = signature.input(name)
+                data = _input_data(spec, value)
+                shape = tuple(int(d) for d in value.shape)
+                triton_request.add_input(name, b.TRITONSERVER_DataType[spec.dtype], shape)
+                triton_request.append_input_data(name, data)
+            for name in request.outputs:
+                triton_request.add_requested_output(name)
+            triton_request.set_response_callback(allocator, None, _on_response, answer)
+        except BaseException:  # never Triton's: deleted now, or it pins its model until collected
+            triton_request.delete()
+            raise
         return triton_request
-
-    def _landed(self, key: int, pending: _Pending, landed: Future[None]) -> None:
-        """Triton released the request and delivered its FINAL response: clean up, and fail the call if it failed."""
-        with self._requests_lock:
-            request = self._requests.pop(key, None)
-        if request is not None:
-            _delete(request)  # a request left alive holds its model: unloading would wait on it
-        error = landed.exception()
-        if error is None:
-            pending.deliver()  # no-op when the FINAL response delivered already
-            return
-        if pending.result.done():
-            logger.warning("model %r: after its result, the request's release failed: %s", self.model_name, error)
-            return
-        pending.outputs = {}
-        with contextlib.suppress(InvalidStateError):
-            pending.result.set_exception(self._error(error))
 
     def _error(self, error: BaseException, *, loading: bool = False) -> BaseException:
         """The one translation of what the in-process server raised: Triton's errors through the status table
@@ -289,10 +281,9 @@ class InProcessBackend(BaseBackend):
         return stats
 
     def _cancel(self, request: InferRequest) -> None:
-        with self._requests_lock:  # held: a request that lands meanwhile is deleted only after this
-            triton_request = self._requests.get(id(request))
-            if triton_request is not None:
-                triton_request.cancel()
+        server = self._server
+        if server is not None:
+            server.cancel(request)
 
     def close(self, timeout_s: float | None = None) -> None:
         """The contract's ``close``; the server, when this is its last holder, ends by the same deadline."""
@@ -323,13 +314,6 @@ def _refuse_bytes_in_a_numpy2_stub(signature: ModelSignature, entry: LocalEntry)
         )
 
 
-def _delete(request: bindings.TRITONSERVER_InferenceRequest) -> None:
-    from ... import bindings as b
-
-    if request.owner_state is b.State.OWNED:
-        request.delete()
-
-
 def _input_data(spec: TensorSpec, value: ArrayLike) -> Any:
     """What the request holds for one input: a contiguous CPU array or tensor, BYTES serialized."""
     if spec.dtype == "BYTES":
@@ -339,30 +323,32 @@ def _input_data(spec: TensorSpec, value: ArrayLike) -> Any:
     return np.ascontiguousarray(value)
 
 
-def _on_response(response: Any, flags: Any, pending: _Pending) -> None:
+def _on_response(response: Any, flags: Any, answer: _Answer) -> None:
     """Keep each requested output (the allocator's own array); at FINAL, deliver them unless one failed.
 
-    An error (the response's own, or reading it) is raised: the binding carries it to the request's
-    landing, where ``_landed`` fails the call with it.
+    An error (the response's own, or reading it) fails the answer here, at once; nothing is raised into the
+    binding (the flight's future then fails only for what happened outside this callback).
     """
     from ... import bindings as b
 
+    outputs = answer.outputs
     try:
         if response is not None:
             try:
-                for index in range(response.output_count):  # raises the response's error first
-                    out = response.output(index)
-                    if out.datatype is b.TRITONSERVER_DataType.BYTES:
-                        pending.outputs[out.name] = deserialize_bytes(out.buffer_user_object, out.byte_size, out.shape)
-                    else:
-                        pending.outputs[out.name] = response.output_array(index)
+                if outputs is not None:  # not failed by an earlier response
+                    for index in range(response.output_count):  # raises the response's error first
+                        out = response.output(index)
+                        if out.datatype is b.TRITONSERVER_DataType.BYTES:
+                            outputs[out.name] = deserialize_bytes(out.buffer_user_object, out.byte_size, out.shape)
+                        else:
+                            outputs[out.name] = response.output_array(index)
             finally:
                 response.delete()
-    except BaseException:
-        pending.failed = True
-        raise
-    if flags & b.TRITONSERVER_ResponseCompleteFlag.FINAL and not pending.failed:
-        pending.deliver()
+    except Exception as exc:
+        answer.fail(exc)
+        return
+    if flags & b.TRITONSERVER_ResponseCompleteFlag.FINAL:
+        answer.deliver()
 
 
 def serialize_bytes(array: np.ndarray) -> bytes:

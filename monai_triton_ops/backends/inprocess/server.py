@@ -1,31 +1,18 @@
-"""The one owner of an in-process Triton server's whole life: start, models, requests, close and process exit.
+"""The one owner of an in-process Triton server's life: start, models, the requests in flight, and its end.
 
 The binding (``bindings/``) is the C API with its ownership rules and no policy; every decision about
-*when* and *how long* lives here, in one class, so one place says when the server goes away::
+*when* and *how long* lives here and in ``ending`` (how the server ends), so one place says when the server
+goes away::
 
     InProcessServer(settings, repository)   start: library, stub environment, backend folder, server
     .load(model, repository)                explicit load; fails fast when a Python-backend stub cannot start
-    .submit(request) -> Future[None]        lend a request to Triton (refused once closing)
+    .submit(request, key, answer)           lend a request to Triton (refused unless running); ``flights``
+                                            tracks it until it lands, then deletes it
+    .cancel(key)                            best effort, at a deadline
     .unload(model)
-    .close(timeout_s)                       drain until the deadline, then force, then delete (never raises)
-    at interpreter exit                     the same close(), registered with ``atexit`` while the server runs
-
-``close(timeout_s)`` handles every way the end can go, in this order, and is the only code that does:
-
-1. Refuse new requests; wait for those in flight until ``timeout_s`` (default ``exit_timeout_s``).
-2. Requests still in flight: all at once, each is cancelled in Triton (what a dynamic batcher still queues
-   fails at once) and the stubs are killed (Triton cannot interrupt a Python model that is executing, and
-   deleting the server under a request crashes). Triton then fails what it holds at about one request per
-   second and model instance; what has not landed after ``FORCE_GRACE_S`` is abandoned (``stranded``).
-3. A stub that died (killed here, or crashed earlier), or a model stuck loading: Triton 2.51 can never
-   unload that model, so the server cannot be deleted (its stop would time out, and deleting after a
-   failed stop crashes). It is left undeleted (safe once nothing is in flight); its other stubs are killed.
-4. Otherwise the models are unloaded, within what is left of ``timeout_s`` (at least ``UNLOAD_MIN_S``; else
-   as in 3), and the server is deleted (``TRITONSERVER_ServerDelete``).
-5. Always: the environment restored, this server's shared-memory regions and temporary folder removed, the
-   stub output pipe closed. Abandoned requests would call into a finalizing interpreter: the exit hook stays
-   registered while any is out, waits for them at interpreter exit (up to ``exit_timeout_s`` after an
-   earlier ``close()``), then ends the process at once (``os._exit(STRANDED_EXIT_CODE)``), never crashes.
+    .close(timeout_s)                       drain until the deadline, then end, or retire (``ending``)
+    .revive()                               the next open takes a retiring server back
+    at interpreter exit, at a signal        the forced end (``ending``), registered while the server lives
 
 Around the server, exactly what the local server launcher sets up (``server.environment``): a backend folder
 with the Python backend (its stub behind ``stubs.StubOutput``'s wrapper), the stub environment, a
@@ -35,17 +22,13 @@ model load (the stubs' isolated interpreters would write ``__pycache__`` into th
 
 from __future__ import annotations
 
-import atexit
 import concurrent.futures
 import contextlib
-import enum
+import functools
 import logging
 import os
 import shutil
-import sys
-import threading
-import time
-from dataclasses import dataclass
+from collections.abc import Hashable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +46,9 @@ from ...server.logs import last_line, stub_failure
 from ...server.mirror import mirror_repository
 from ...server.stub import model_stub, stub_problem
 from . import stubs
+from .ending import STRANDED_EXIT_CODE as STRANDED_EXIT_CODE
+from .ending import End, Ending, Phase
+from .flights import Answer, Flights, delete
 from .settings import ServerSettings as ServerSettings
 from .settings import server_options
 
@@ -75,35 +61,8 @@ logger = logging.getLogger(__name__)
 #: says why each): the library and Python paths, OpenMP threads that sleep between requests, and glibc keeping
 #: freed tensor buffers for reuse. This process's own allocator read its settings at start and is unaffected.
 STUB_ENVIRON = ("LD_LIBRARY_PATH", "PATH", "OMP_WAIT_POLICY", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
-#: Once nothing is in flight, the least time models get to unload (else the server is left undeleted).
-UNLOAD_MIN_S = 3.0
-UNLOAD_POLL_S = 0.02
-_LIVE_STATES = ("READY", "LOADING", "UNLOADING")
-#: After the forced end (requests cancelled, stubs killed), how long Triton may take to fail what it holds:
-#: about one request a second per model instance (a Python model's execution waits a second on a dead stub).
-FORCE_GRACE_S = 3.0
-#: ``ServerDelete`` once every model unloaded: its stop has nothing left to wait for.
-DELETE_EXIT_TIMEOUT_S = 2
-#: The exit code of a process that had to end with requests still in flight (see ``_at_exit``).
-STRANDED_EXIT_CODE = 70
 
-
-class Phase(enum.Enum):
-    RUNNING = "running"
-    CLOSING = "closing"
-    CLOSED = "closed"
-
-
-@dataclass(frozen=True)
-class Ending:
-    """How ``close()`` ended the server (for logs and tests)."""
-
-    deleted: bool
-    """Triton deleted the server; otherwise it is left to the process's exit, with nothing in flight."""
-    killed_stubs: tuple[int, ...] = ()
-    stranded: int = 0
-    """Requests still out after the forced end: the process must not finalize under them (``_at_exit``)."""
-    reason: str = ""
+__all__ = ["STRANDED_EXIT_CODE", "Ending", "InProcessServer", "Phase", "ServerSettings"]
 
 
 class InProcessServer:
@@ -126,23 +85,19 @@ class InProcessServer:
         self.repositories: dict[Path, Path] = {}  # the user's repository -> the mirror the server reads
         self.models: set[str] = set()
         self.shm_prefix = shm_prefix()
-        self.phase = Phase.RUNNING
         self.stuck: list[str] = []  # models whose load never ended (a stub died before Triton heard from it)
-        self._known_stubs: set[int] = set()  # stub pids seen alive: one that is a zombie now died
+        self.known_stubs: set[int] = set()  # stub pids seen alive: one that is a zombie now died
+        self.flights = Flights()
         self._stub_checked: str | None = None  # why the backend folder's stub cannot start ("" if it can)
-        self._flights: dict[int, bindings.TRITONSERVER_InferenceRequest] = {}
-        self._landed = threading.Condition()
-        self._close_lock = threading.Lock()
-        self._ending: Ending | None = None
         self._workdir = temp_folder("inprocess")
         self._saved_environ = {key: os.environ.get(key) for key in STUB_ENVIRON}
         self._output: stubs.StubOutput | None = None
         try:
             self._start(library.install, repository)
         except BaseException:
-            self._cleanup()
+            self.cleanup()
             raise
-        atexit.register(self._at_exit)
+        self._end = End(self, settings.exit_timeout_s)  # from here the exit hook and the signal cleanup hold it
         logger.info("in-process Triton server started on %s (library %s)", repository, library.path)
 
     def _start(self, install: Any, repository: Path) -> None:
@@ -177,8 +132,11 @@ class InProcessServer:
 
     @property
     def in_flight(self) -> int:
-        with self._landed:
-            return len(self._flights)
+        return len(self.flights)
+
+    @property
+    def phase(self) -> Phase:
+        return self._end.phase
 
     def _mirror(self, repository: Path) -> Path:
         """A symlink mirror of ``repository`` for the server: the stubs' ``__pycache__`` lands there, not in it."""
@@ -205,7 +163,7 @@ class InProcessServer:
         """
         from ... import bindings as b
 
-        self._require_running()
+        self._end.admit()
         if repository not in self.repositories:
             self.server.register_model_repository(self._mirror(repository))
         folder = self._refresh(name, repository)
@@ -228,7 +186,7 @@ class InProcessServer:
                 raise hint from exc
             raise
         self.models.add(name)
-        self._known_stubs.update(stubs.stub_pids(self.shm_prefix))
+        self.known_stubs.update(stubs.stub_pids(self.shm_prefix))
 
     def _stub_problem(self, folder: Path) -> str | None:
         """Why the stub this model would start cannot run (a model may ship its own, next to its config)."""
@@ -259,114 +217,59 @@ class InProcessServer:
             logger.warning("unloading model %r failed", name, exc_info=True)
 
     # -- requests -----------------------------------------------------------------------------------------
-    def submit(self, request: bindings.TRITONSERVER_InferenceRequest) -> concurrent.futures.Future[None]:
-        """``infer_async``, counted: ``close()`` waits for what was submitted here.
+    def submit(
+        self,
+        request: bindings.TRITONSERVER_InferenceRequest,
+        key: Hashable | None = None,
+        answer: Answer | None = None,
+    ) -> concurrent.futures.Future[None]:
+        """Lend ``request`` to Triton: from here it is the server's, tracked in ``flights`` under ``key`` (default
+        the request) until Triton lets go of it, then deleted; ``answer`` fails if the flight failed unanswered.
+        Returns the flight's future (landed).
 
         Raises:
-            bindings.UnavailableError: the server is closing or closed.
+            bindings.UnavailableError: the server is not running (closing, retiring, closed); the request is
+                deleted, as is one that Triton refused.
         """
-        with self._landed:
-            self._require_running()
-            key = id(request)
-            self._flights[key] = request
+        key = request if key is None else key
+        try:
+            self.flights.add(key, request, answer or _NO_ANSWER, self._end.admit)
+        except BaseException:
+            _delete_unlent(request)
+            raise
         try:
             landed = self.server.infer_async(request)
         except BaseException:
-            self._land(key)
+            self.flights.withdraw(key)
             raise
-        landed.add_done_callback(lambda _: self._land(key))
+        landed.add_done_callback(functools.partial(self.flights.land, key))
         return landed
 
-    def _land(self, key: int) -> None:
-        with self._landed:
-            self._flights.pop(key, None)
-            if not self._flights:
-                self._landed.notify_all()
+    def cancel(self, key: Hashable) -> None:
+        """Ask Triton to cancel the request submitted under ``key``, best effort."""
+        self.flights.cancel(key)
 
-    def _wait_landed(self, timeout_s: float) -> bool:
-        with self._landed:
-            return self._landed.wait_for(lambda: not self._flights, timeout=max(0.0, timeout_s))
-
-    def _require_running(self) -> None:
-        from ... import bindings as b
-
-        if self.phase is not Phase.RUNNING:
-            raise b.UnavailableError(f"the in-process Triton server is {self.phase.value}: it takes no new requests")
-
-    # -- the end ------------------------------------------------------------------------------------------
+    # -- the end (``ending``) -------------------------------------------------------------------------------
     def close(self, timeout_s: float | None = None) -> Ending:
-        """End the server within ``timeout_s`` (default ``exit_timeout_s``) plus the forced end's
-        ``FORCE_GRACE_S`` (see the module docstring); idempotent, never raises, returns how it ended."""
-        with self._close_lock:
-            if self._ending is not None:
-                return self._ending
-            with self._landed:
-                self.phase = Phase.CLOSING
-            drain_s = self.settings.exit_timeout_s if timeout_s is None else max(0.0, timeout_s)
-            try:
-                self._ending = self._end(time.monotonic() + drain_s)
-            except Exception as exc:  # a bug must not keep the process from ending
-                logger.exception("closing the in-process Triton server failed")
-                self._ending = Ending(deleted=False, reason=f"close failed: {exc!r}")
-            finally:
-                self._cleanup()
-                self.phase = Phase.CLOSED
-                if not self.in_flight:  # else the exit hook must still keep the interpreter from finalizing
-                    atexit.unregister(self._at_exit)
-            log = logger.info if self._ending.deleted else logger.warning
-            log("in-process Triton server stopped: %s", self._ending)
-            return self._ending
+        """End the server within ``timeout_s`` (default ``exit_timeout_s``), or retire it while Triton still
+        holds cut-off requests (see ``ending``); idempotent, never raises, returns how it ended."""
+        return self._end.close(timeout_s)
 
-    def _end(self, deadline: float) -> Ending:
-        killed: list[int] = []
-        if not self._wait_landed(deadline - time.monotonic()):
-            killed = self._force()
-            if not self._wait_landed(FORCE_GRACE_S):
-                return Ending(deleted=False, killed_stubs=tuple(killed), stranded=self.in_flight, reason="stranded")
-        dead = [c for c in stubs.stub_children() if c.zombie and c.pid in self._known_stubs]
-        if killed or dead or self.stuck:
-            why = f"models stuck loading {self.stuck}" if self.stuck else f"{len(killed or dead)} stub(s) died"
-            return self._abandon(killed, f"{why}: Triton cannot unload them")
-        return self._delete(max(deadline - time.monotonic(), UNLOAD_MIN_S))
+    def revive(self) -> bool:
+        """Take a retiring server back (the next open with the same settings); False when it is not retiring."""
+        return self._end.revive()
 
-    def _force(self) -> list[int]:
-        """End every request in flight at once: cancel each in Triton, then kill the stubs executing them."""
-        with self._landed:
-            flights = list(self._flights.values())
-        for request in flights:
-            with contextlib.suppress(Exception):  # released meanwhile: nothing to cancel
-                request.cancel()
-        killed = stubs.kill(stubs.stub_pids(self.shm_prefix))
-        logger.warning("%d request(s) in flight at the deadline: cancelled, stubs %s killed", len(flights), killed)
-        return killed
+    def wait_closed(self, timeout_s: float) -> bool:
+        """Wait (bounded) for a server that ends on its retiring thread; whether it is closed."""
+        return self._end.wait_closed(timeout_s)
 
-    def _delete(self, unload_s: float) -> Ending:
-        """Unload every model (polled: Triton's own stop checks once a second), then delete the server."""
-        from ... import bindings as b
+    @property
+    def ending(self) -> Ending | None:
+        """How the server ended or is ending; None while it runs."""
+        return self._end.ending
 
-        try:
-            for name in list(self.models):
-                self.server.unload_model(name)
-            deadline = time.monotonic() + unload_s
-            while (live := self._live_models()) and time.monotonic() < deadline:
-                time.sleep(UNLOAD_POLL_S)
-            if live:
-                return self._abandon([], f"models {live} did not unload within {unload_s:.1f} s")
-            self.server.set_exit_timeout(DELETE_EXIT_TIMEOUT_S)
-            self.server.delete()
-        except b.TritonError as exc:
-            return self._abandon([], f"Triton could not stop: {exc}")
-        return Ending(deleted=True)
-
-    def _live_models(self) -> list[str]:
-        return [m["name"] for m in self.server.model_index().json() if m.get("state") in _LIVE_STATES]
-
-    def _abandon(self, killed: list[int], reason: str) -> Ending:
-        """Leave the server undeleted (safe: nothing is in flight) and end its stubs ourselves."""
-        more = stubs.kill(stubs.stub_pids(self.shm_prefix))
-        return Ending(deleted=False, killed_stubs=tuple(killed + more), reason=reason)
-
-    def _cleanup(self) -> None:
+    def cleanup(self) -> None:
+        """Restore the environment; remove the shared memory, the temporary folder, the stub output pipe."""
         for key, value in self._saved_environ.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -377,22 +280,18 @@ class InProcessServer:
         remove_shm_regions(self.shm_prefix)
         shutil.rmtree(self._workdir, ignore_errors=True)
 
-    def _at_exit(self) -> None:
-        """Interpreter exit with the server running, or with requests a ``close()`` abandoned still out: close
-        (a no-op after a close), wait a last grace for what is out, else end the process before it finalizes."""
-        closed_before = self._ending is not None
-        ending = self.close()
-        if self._wait_landed(self.settings.exit_timeout_s if closed_before else 0.0):
-            return
-        logger.critical(
-            "in-process Triton: %d request(s) still in flight after the deadline (%s); ending the process now "
-            "(exit code %d): a finalizing interpreter would crash under their callbacks",
-            self.in_flight,
-            ending.reason,
-            STRANDED_EXIT_CODE,
-        )
-        logging.shutdown()
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        os._exit(STRANDED_EXIT_CODE)
+
+class _NoAnswer:
+    """The answer of a request submitted without one (the owner reads the flight's future instead)."""
+
+    def fail(self, error: BaseException) -> None:
+        """Nothing to fail: the flight's future carries ``error``."""
+
+
+_NO_ANSWER = _NoAnswer()
+
+
+def _delete_unlent(request: bindings.TRITONSERVER_InferenceRequest) -> None:
+    """Delete a request that was never lent (refused before Triton saw it)."""
+    with contextlib.suppress(Exception):
+        delete(request)
