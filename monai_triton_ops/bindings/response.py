@@ -191,9 +191,12 @@ class TRITONSERVER_InferenceResponse(TritonObject):
         return (label.value or b"").decode()
 
     # -- outputs as arrays ------------------------------------------------------------------------------
-    def output_array(self, index: int) -> np.ndarray[Any, Any]:
-        """Output ``index`` as a numpy array: the allocator's own array when it made one (no copy), else a copy."""
-        out = self.output(index)
+    def output_array(self, index: int, output: ResponseOutput | None = None) -> np.ndarray[Any, Any]:
+        """Output ``index`` as a numpy array: the allocator's own array when it made one (no copy), else a copy.
+
+        ``output``: what ``output(index)`` returned already, if the caller read it (not read again).
+        """
+        out = self.output(index) if output is None else output
         dtype = numpy_dtype(out.datatype)
         _check_size(out, dtype.itemsize)
         if out.byte_size == 0:

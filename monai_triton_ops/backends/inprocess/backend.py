@@ -341,7 +341,7 @@ def _on_response(response: Any, flags: Any, answer: _Answer) -> None:
                         if out.datatype is b.TRITONSERVER_DataType.BYTES:
                             outputs[out.name] = deserialize_bytes(out.buffer_user_object, out.byte_size, out.shape)
                         else:
-                            outputs[out.name] = response.output_array(index)
+                            outputs[out.name] = response.output_array(index, out)
             finally:
                 response.delete()
     except Exception as exc:

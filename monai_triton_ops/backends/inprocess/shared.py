@@ -86,7 +86,7 @@ def _running(settings: ServerSettings, repository: Path) -> InProcessServer:
         _holds.retiring = None
         if retiring.settings == settings and retiring.revive():
             server = _holds.server = retiring
-        elif retiring.phase is not Phase.CLOSED and retiring.settings != settings:
+        elif retiring.phase is Phase.RETIRING and retiring.settings != settings:
             _holds.retiring = retiring
             raise ConfigError(
                 "the in-process Triton server of this process still ends requests cut off by its last close() "
