@@ -1,6 +1,7 @@
 """A long-running host of the ``triton`` backend loses nothing: open, 8 requests in flight, ``close()`` cutting them
 off (or the backend dropped without ``close()``), open again. One fresh interpreter runs the cycles and counts
-what the process holds after each (``docs/inprocess.md``, "A long-running host").
+what the process holds after each (``docs/inprocess.md``, "What a long-running host can rely on"); an owner-level
+child takes a retiring server back.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from .. import triton_models
-from .test_inprocess import assert_clean_exit, run_python
+from .test_inprocess import assert_clean_exit, run_owner_child, run_python
 
 pytestmark = [pytest.mark.triton]
 
@@ -113,3 +114,46 @@ def test_open_close_cycles_with_requests_cut_off_leave_nothing_behind(repo: Path
             assert count <= dropped["cycles"][0][what], f"{what} grew across dropped cycles: {dropped['cycles']}"
     assert dropped["servers"] == 1, dropped
     assert_clean_exit(result, int(lines["pid"]))
+
+
+#: At the owner's level (no torch): a retiring server refuses other server options, is taken back with the same.
+TAKEN_BACK = """
+from monai_triton_ops.backends.inprocess import shared
+from monai_triton_ops.errors import ConfigError
+
+
+class Holder:  # a backend, as far as the holds go
+    pass
+
+
+first, second = Holder(), Holder()
+server = shared.acquire(ServerSettings(exit_timeout_s=60), REPO, "sleepy", first)
+flights = [submit(server, "sleepy", 1.0)[0] for _ in range(16)]  # 2.4 s of work: still out below
+shared.release("sleepy", first, 0)
+print("retiring", shared.retiring() is server, server.phase.value, flush=True)
+try:
+    shared.acquire(ServerSettings(exit_timeout_s=5), REPO, "sleepy", Holder())
+except ConfigError as exc:
+    print("refused", "other server options" in str(exc), flush=True)
+again = shared.acquire(ServerSettings(exit_timeout_s=60), REPO, "sleepy", second)
+print("taken back", again is server, server.phase.value, shared.retiring() is None, flush=True)
+for flight in flights:
+    try:
+        flight.result(30)
+    except b.TritonError:
+        pass
+shared.release("sleepy", second, 30)
+print("ended", server.ending.deleted, flush=True)
+sys.exit(0)
+"""
+
+
+def test_a_retiring_server_is_taken_back_with_the_same_options_and_refuses_others(repo: Path) -> None:
+    """The next open takes the retiring server back (one server, its model still loaded) only with the options it
+    runs with; other options are refused with one ``ConfigError`` while it still holds cut-off requests."""
+    result, pid = run_owner_child(TAKEN_BACK, repo)
+    assert "retiring True retiring" in result.stdout, result.stdout + result.stderr[-3000:]
+    assert "refused True" in result.stdout, result.stdout + result.stderr[-3000:]
+    assert "taken back True running True" in result.stdout, result.stdout + result.stderr[-3000:]
+    assert "ended True" in result.stdout, result.stdout + result.stderr[-3000:]
+    assert_clean_exit(result, pid)
