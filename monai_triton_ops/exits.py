@@ -10,7 +10,7 @@ failure reads the same wherever it happens::
          a program a MAP build needs (buildah, mmdebstrap) missing or failing
     4    the server failed on a request: its internal error (the server's or its model's), not bad input
     70   ended at interpreter exit with requests still in the in-process Triton server after its deadline
-         (``backends/inprocess/server.py``; ``docs/inprocess.md``)
+         (``backends/inprocess/ending.py``; ``docs/inprocess.md``)
     130  interrupted (Ctrl-C, SIGINT)
     143  terminated (SIGTERM)
 
@@ -43,7 +43,7 @@ BUG = 1
 USAGE = 2
 UNAVAILABLE = 3
 SERVER_FAILED = 4
-#: The in-process server's exit hook ends the process with it (``inprocess.server.STRANDED_EXIT_CODE``).
+#: The in-process server's exit hook ends the process with it (``inprocess.ending.STRANDED_EXIT_CODE``).
 STRANDED = 70
 
 #: What each code means, for help texts and docs (docs/quickstart.md lists the same).
