@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import torch
 
+from ...client import status
 from ...errors import (
     BackendUnavailableError,
     ConfigError,
@@ -45,7 +46,6 @@ from ...errors import (
 from ...repository import layout
 from ...repository.signatures import LocalEntry, local_entry
 from ...signature import ModelSignature, TensorSpec
-from .. import status
 from ..arrays import ArrayLike, as_numpy
 from ..base import CLOSE_TIMEOUT_S, Availability, BaseBackend, InferRequest
 from ..leases import BufferPool

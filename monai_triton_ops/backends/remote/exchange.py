@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ...client.status import CallError, Status
+from ...client.transports.base import ShmRef, Transport, WireInput, WireOutput, WireResult
 from ...errors import InferenceError
 from ...signature import ModelSignature, dtype_to_numpy
+from ..arrays import to_numpy
 from ..leases import BufferPool
 from ..requests import Parameter
-from ..status import CallError, Status
 from .shm.layout import SIZE_MEMORY, Key, Layout, OutputSizes, place
 from .shm.pool import PoolExhausted, RegionPool, Slot
-from .transports.base import ShmRef, Transport, WireInput, WireOutput, WireResult
-from .transports.codec import to_numpy
 
 if TYPE_CHECKING:
     from ..base import InferRequest

@@ -49,15 +49,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...client.credentials import Credentials
+from ...client.endpoints import Address, Endpoint
+from ...client.status import CallError, Status, to_public
+from ...client.tls import check_handshake
+from ...client.transports.base import Transport
+from ...client.workers import JOIN_TIMEOUT_S, Workers
 from ...errors import ModelLoadError, ModelNotFoundError, ServerUnavailableError
 from ..deadlines import call_at
-from ..status import CallError, Status, to_public
-from ..workers import JOIN_TIMEOUT_S, Workers
-from .endpoints import Address, Endpoint
 from .protocol import UNKNOWN_SERVER, ServerInfo
-from .transports.base import Transport
-from .transports.credentials import Credentials
-from .transports.tls import check_handshake
 
 logger = logging.getLogger(__name__)
 

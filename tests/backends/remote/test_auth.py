@@ -31,7 +31,7 @@ import tritonclient.http as httpclient
 
 from monai_triton_ops import create_backend
 from monai_triton_ops.backends.remote.shm import region as shm
-from monai_triton_ops.backends.remote.transports.base import TransportSettings
+from monai_triton_ops.client.transports.base import TransportSettings
 from monai_triton_ops.errors import ConfigError, MonaiTritonError
 from monai_triton_ops.server import LocalTritonServer, TritonInstall
 

@@ -28,8 +28,8 @@ from urllib.parse import quote
 
 import numpy as np
 
-from ....signature import dtype_to_numpy
-from ...status import CallError, Status
+from ...signature import dtype_to_numpy
+from ..status import CallError, Status
 from .base import ShmRef, WireInput, WireOutput, WireResult, refuse_reserved
 from .codec import decode, tensor_bytes
 
