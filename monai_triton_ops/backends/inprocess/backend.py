@@ -255,7 +255,7 @@ class InProcessBackend(BaseBackend):
 
     def _error(self, error: BaseException, *, loading: bool = False) -> BaseException:
         """The one translation of what the in-process server raised: Triton's errors through the status table
-        all Triton backends share (``status.py``), as remotely; a load failure as the load's own error."""
+        all Triton backends share (``client/status.py``), as remotely; a load failure as the load's own error."""
         from ... import bindings as b
 
         model = self.model_name

@@ -5,7 +5,7 @@ Open is ``opening.py``. A request, from the contract's queue to the wire (``docs
     _infer(request)    on a thread of the contract's pool (client/workers.py), or the caller's over gRPC:
                        the attempt loop below, bounded by the request's deadline and ``request.cancelled``
       fleet.pick(tried)                     the server for this attempt (fleet.py)
-      exchange.send(transport, request)     one attempt: slot or body, one blocking call (transports/), outputs
+      exchange.send(transport, request)     one attempt: slot or body, one blocking call (client/transports/), outputs
 
 The queue, the in-flight limit and the future are the contract's (``backends/flow.py``). A failure of the
 server (``fleet.FAILOVER``) goes at once to another server this request has not tried; when every server has

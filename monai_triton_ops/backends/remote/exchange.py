@@ -178,7 +178,7 @@ class Exchange:
         self, region: str, layout: Layout, arrays: dict[str, np.ndarray], outputs: tuple[str, ...], *, keep: bool
     ) -> _Wire:
         """The tensors of a request in ``region`` placed by ``layout``; kept (a transport keeps the request head it
-        writes for the same objects: ``transports.base.Heads``)."""
+        writes for the same objects: ``client.transports.base.Heads``)."""
         inputs = tuple(
             WireInput(name, self._input_types[name], array.shape, shm=ShmRef(region, size, start))
             for (name, array), (start, size) in zip(arrays.items(), layout.inputs, strict=True)

@@ -2,7 +2,7 @@
 
 :class:`Members` holds every :class:`~.health.Server` the spec's endpoints stand for (a name of a headless
 Service stands for every ready pod, ``endpoints.addresses_of``), each with a transport of its own
-(``transports.connect``). Names are resolved again every ``resolve_interval_s`` on the probing thread: an
+(``client.transports.connect``). Names are resolved again every ``resolve_interval_s`` on the probing thread: an
 address that appears is a new server (probed at once), one that is gone is retired. A transport is closed
 once no attempt uses it (``take`` / ``give_back``): a retired server's, or one replaced because its gRPC
 channel kept failing while the server accepted connections (gRPC would wait out its own reconnect backoff).

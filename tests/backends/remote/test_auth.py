@@ -243,6 +243,29 @@ def test_through_a_proxy_with_a_bearer_token(
     assert str(pki.other.pem) in str(info.value)
 
 
+@pytest.mark.usefixtures("restore_console")
+def test_repo_check_reaches_a_mutual_tls_server_and_one_behind_a_bearer_token(
+    server: LocalTritonServer, nginx: proxy.Proxy, pki: Pki, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``repo check --server`` speaks through the client layer the backend uses: the same TLS material, token and
+    restricted keys (named, never given) reach the same servers; without them it is refused clearly (exit 2)."""
+    from monai_triton_ops.cli import main
+
+    key = ["--restricted-key", f"{KEY_HEADER}=env:{KEY_ENV}"]
+    ca = ["--root-certificates", str(pki.ca.pem)]
+    certificate = ["--client-certificate", str(pki.client.cert), "--client-key", str(pki.client.key)]
+    token = ["--auth-token", f"env:{TOKEN_ENV}"]
+    for url, given in ((grpcs(server), [*ca, *certificate, *key]), (nginx.https_url, [*ca, *token, *key])):
+        assert main(["repo", "check", "--server", url, *given]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert out[0] == f"server {url}"
+        assert out[2].split()[:3] == [MODEL, "1", "READY"]
+    assert main(["repo", "check", "--server", nginx.https_url, *ca, *key]) == 2
+    assert "refused access" in capsys.readouterr().err
+    assert main(["repo", "check", "--server", grpcs(server), *ca, *key]) == 2
+    assert "client certificate" in capsys.readouterr().err
+
+
 # -- several TLS servers behind one backend (a fleet) ------------------------------------------------
 def test_every_server_of_a_tls_fleet_is_reached_with_the_same_material_and_headers(
     server: LocalTritonServer, nginx: proxy.Proxy, pki: Pki, open_backend: Open
