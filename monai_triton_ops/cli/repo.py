@@ -51,7 +51,7 @@ def add_repo(commands: argparse._SubParsersAction[Any]) -> None:
     p.add_argument(
         "--server", metavar="URL",
         help="also list what this Triton serves and compare each local config with it "
-        "(grpc://HOST:PORT, http://HOST:PORT, or HOST:PORT as the App SDK's -t)",
+        "(grpc://HOST:PORT, grpcs://, http://HOST:PORT, https://, or HOST:PORT as the App SDK's -t)",
     )  # fmt: skip
     # client.timeouts.CONTROL_TIMEOUT_S, written out so that --help imports no server module (tests/test_cli.py)
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per server call (default: %(default)s)")
