@@ -41,7 +41,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from monai_triton_ops.client.credentials import Credentials
 
 logger = logging.getLogger(__name__)
 
@@ -164,39 +167,30 @@ janitor = Janitor()
 
 # -- the watcher's side ------------------------------------------------------------------------------
 def _unregister(name: str, access: ServerAccess) -> None:
-    """Unregister ``name`` on the server ``access`` reaches, through the client layer's transport for it (the
-    client's own TLS material and headers); a failure raises (``CallError``)."""
-    _transports.get(access).unregister_system_shm(name, timeout_s=_UNREGISTER_TIMEOUT_S)
+    """Unregister ``name`` on the server ``access`` reaches, through the client layer's transport (the client's own
+    TLS material and headers); a failure raises (``CallError``).
+
+    A transport of its own for each call, closed after it, as a client of its own would be: a connection kept open
+    would hold up the server's shutdown (Triton waits for open HTTP connections). The imports are absolute and here:
+    the watcher runs as a file, not as a module of the package, and waits with the standard library alone."""
+    from monai_triton_ops.client.endpoints import Endpoint
+    from monai_triton_ops.client.transports import connect
+    from monai_triton_ops.client.transports.base import TransportSettings
+    from monai_triton_ops.client.workers import Workers
+
+    workers = Workers("janitor", 1)  # an HTTP client lives on the thread that made it, and closes as it ends
+    try:
+        settings = TransportSettings(credentials=credentials_of(access))
+        transport = connect(Endpoint.parse(access.url), settings, workers)
+        try:
+            transport.unregister_system_shm(name, timeout_s=_UNREGISTER_TIMEOUT_S)
+        finally:
+            transport.close()
+    finally:
+        workers.stop(join_timeout_s=_UNREGISTER_TIMEOUT_S)
 
 
-class _Transports:
-    """The watcher's transports, one per server, made on first use with what the client sent on the pipe.
-
-    Imported only when a region is to be unregistered: the watcher waits with the standard library alone. The
-    absolute imports are the point: the watcher runs as a file, not as a module of the package.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._made: dict[ServerAccess, Any] = {}
-        self._workers: Any = None
-
-    def get(self, access: ServerAccess) -> Any:
-        from monai_triton_ops.client.endpoints import Endpoint
-        from monai_triton_ops.client.transports import connect
-        from monai_triton_ops.client.transports.base import TransportSettings
-        from monai_triton_ops.client.workers import Workers
-
-        with self._lock:
-            if access not in self._made:
-                if self._workers is None:
-                    self._workers = Workers("janitor", 1)  # an HTTP client lives on the thread that made it
-                settings = TransportSettings(credentials=credentials_of(access))
-                self._made[access] = connect(Endpoint.parse(access.url), settings, self._workers)
-            return self._made[access]
-
-
-def credentials_of(access: ServerAccess) -> Any:
+def credentials_of(access: ServerAccess) -> Credentials:
     """The client layer's ``Credentials`` of what the client sent: its PEM bytes, and its headers as they were sent
     (each protocol's own names already)."""
     from monai_triton_ops.client.credentials import Credentials, Secret
@@ -207,9 +201,6 @@ def credentials_of(access: ServerAccess) -> Any:
         client_key_pem=access.client_key,
         headers=tuple((key, Secret(value, "the client")) for key, value in access.headers),
     )
-
-
-_transports = _Transports()
 
 
 class _Retirer:
