@@ -17,8 +17,6 @@ from typing import Any
 import numpy as np
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor
 
-from ...signature import dtype_to_numpy
-
 
 def tensor_bytes(array: np.ndarray, datatype: str) -> Any:
     """A body input's wire bytes: the array's own memory (flat, C order, no copy), or BYTES elements serialized
@@ -35,4 +33,6 @@ def decode(data: Any, datatype: str, shape: tuple[int, ...]) -> np.ndarray:
     if datatype == "BYTES":
         values = deserialize_bytes_tensor(data) if data else np.empty(0, dtype=np.object_)
         return np.asarray(values).reshape(shape)
+    from ...signature import dtype_to_numpy  # here: signature imports torch, which a control call never needs
+
     return np.frombuffer(data, dtype=dtype_to_numpy(datatype)).reshape(shape)
