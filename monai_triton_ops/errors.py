@@ -104,7 +104,7 @@ class InferenceTimeoutError(InferenceError, TimeoutError):
 
 class ServerInternalError(InferenceError):
     """The server (or the model it runs) failed on a request: Triton ``INTERNAL``, gRPC ``INTERNAL``, HTTP 500 and
-    the other codes the status table reads as internal (``backends/status.py``). The server says it failed, not
+    the other codes the status table reads as internal (``client/status.py``). The server says it failed, not
     that the input is wrong, so it has an exit code of its own (``exits.SERVER_FAILED``); its log says why."""
 
 

@@ -121,7 +121,7 @@ def test_every_option_of_every_command_has_help() -> None:
 
 def test_repo_check_waits_on_a_server_as_long_as_every_control_call() -> None:
     """``repo check --server``'s ``--timeout`` default is the one control-call timeout, written out in the parser."""
-    from monai_triton_ops.server.health import CONTROL_TIMEOUT_S
+    from monai_triton_ops.client.timeouts import CONTROL_TIMEOUT_S
 
     args = build_parser().parse_args(["repo", "check", "--server", "grpc://h:8001"])
     assert args.timeout == CONTROL_TIMEOUT_S

@@ -116,7 +116,7 @@ def dead_stub() -> BaseException:
 
     Caused for real on all three backends in ``tests/backends/test_contract.py`` (a stub that calls ``os._exit``).
     """
-    from monai_triton_ops.backends import status
+    from monai_triton_ops.client import status
 
     answer = status.from_triton_code("INTERNAL", "Stub process 'seg_0_0' is not healthy.")
     return status.to_public(answer, model="seg", url=status.IN_PROCESS)
@@ -128,7 +128,7 @@ def server_failed() -> BaseException:
     Caused for real by a model that raises: on KServe's model server over gRPC and HTTP
     (``tests/backends/remote/test_kserve.py``), on Triton (``tests/backends/remote/test_failures.py``).
     """
-    from monai_triton_ops.backends import status
+    from monai_triton_ops.client import status
 
     answer = status.from_grpc_status("StatusCode.INTERNAL", "Internal server error")
     return status.to_public(answer, model="seg", url="grpc://127.0.0.1:8001")
@@ -615,7 +615,7 @@ def built_ins(cls: type) -> str:
 
 def mapped_codes(cls: type) -> str:
     """What the status table maps to ``cls``: Triton codes, gRPC statuses, HTTP statuses."""
-    from monai_triton_ops.backends import status
+    from monai_triton_ops.client import status
 
     states = {s for s, c in status.ERROR_CLASSES.items() if c is cls}
     parts = []

@@ -50,6 +50,20 @@ def as_numpy(value: ArrayLike) -> np.ndarray:
     return np.asarray(value)
 
 
+def to_numpy(value: ArrayLike) -> np.ndarray:
+    """A C-contiguous numpy array of a caller's input (torch on any device, numpy, or a MetaTensor)."""
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach()
+        if type(tensor) is not torch.Tensor:
+            tensor = tensor.as_subclass(torch.Tensor)
+        if tensor.device.type != "cpu":
+            tensor = tensor.cpu()
+        if tensor.dtype == torch.bfloat16:
+            tensor = tensor.view(torch.uint16)
+        return np.ascontiguousarray(tensor.numpy())
+    return np.ascontiguousarray(value)
+
+
 def to_family(value: ArrayLike, family: ArrayFamily) -> ArrayLike:
     """``value`` in ``family``; tensors made under ``inference_mode`` come back as normal tensors.
 

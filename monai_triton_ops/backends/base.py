@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple, overload
 import numpy as np
 import torch
 
+from ..client.workers import JOIN_TIMEOUT_S, Workers
 from ..errors import BackendStateError, ConfigError, UsageError
 from ..signature import ModelSignature
 from ..validation import InputChecks
@@ -44,7 +45,6 @@ from .arrays import ArrayFamily, ArrayLike
 from .flow import BackendState, RequestFlow
 from .options import BackendOptions
 from .requests import Call, InferRequest, Parameter
-from .workers import JOIN_TIMEOUT_S, Workers
 
 if TYPE_CHECKING:
     from typing_extensions import Self

@@ -23,7 +23,7 @@ from ctypes import c_uint32, c_void_p
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..server.discovery import TritonLibrary, find_triton_library
+from ..discovery import TritonLibrary, find_triton_library
 from .declarations import API_VERSION, DECLARATIONS, ERR
 from .enums import TRITONSERVER_Error_Code
 from .error import CODE_STRINGS, TritonError, TritonLibraryError, error_class
@@ -42,7 +42,7 @@ class _State:
 
 
 def load_library(path: str | os.PathLike[str] | None = None) -> TritonLibrary:
-    """Load ``libtritonserver`` (found as :func:`~monai_triton_ops.server.discovery.find_triton_library` says)
+    """Load ``libtritonserver`` (found as :func:`~monai_triton_ops.discovery.find_triton_library` says)
     and check its API version; idempotent. Returns what was loaded.
 
     Raises:

@@ -51,10 +51,11 @@ def add_repo(commands: argparse._SubParsersAction[Any]) -> None:
     p.add_argument(
         "--server", metavar="URL",
         help="also list what this Triton serves and compare each local config with it "
-        "(grpc://HOST:PORT, http://HOST:PORT, or HOST:PORT as the App SDK's -t)",
+        "(grpc://HOST:PORT, grpcs://, http://HOST:PORT, https://, or HOST:PORT as the App SDK's -t)",
     )  # fmt: skip
-    # server.health.CONTROL_TIMEOUT_S, written out so that --help imports no server module (tests/test_cli.py)
+    # client.timeouts.CONTROL_TIMEOUT_S, written out so that --help imports no server module (tests/test_cli.py)
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per server call (default: %(default)s)")
+    _add_credentials(p)
     _add_config_name(p)
     add_log_level(p)
     p.set_defaults(handler=_run_repo_check)
@@ -75,7 +76,7 @@ def _add_config_name(p: argparse.ArgumentParser) -> None:
 
 
 def _add_volume_limit(p: argparse.ArgumentParser) -> None:
-    from ..repository.volume import DEFAULT_MAX_VOLUME_MB
+    from ..volume_spec import DEFAULT_MAX_VOLUME_MB
 
     p.add_argument(
         "--max-volume-mb", type=int, default=DEFAULT_MAX_VOLUME_MB, metavar="N",
@@ -228,6 +229,21 @@ def _run_repo_wrap(args: argparse.Namespace) -> int:
     return exits.OK
 
 
+def _add_credentials(p: argparse.ArgumentParser) -> None:
+    """The remote backend's credential options, for ``--server``: a secret is named (env:VAR, file:PATH), never
+    given, so it shows in no ``ps`` line (``client/credentials.py``)."""
+    group = p.add_argument_group("server credentials (as the remote backend's options; docs/remote.md)")
+    group.add_argument("--root-certificates", type=Path, metavar="PEM", help="CA of a grpcs:// or https:// server")
+    group.add_argument("--client-certificate", type=Path, metavar="PEM", help="client certificate (mutual TLS)")
+    group.add_argument("--client-key", type=Path, metavar="PEM", help="its key, when not in the certificate file")
+    group.add_argument("--auth-token", metavar="REF", help="bearer token: env:VAR or file:PATH")
+    group.add_argument("--header", action="append", default=[], metavar="NAME=REF", help="a header; repeatable")
+    group.add_argument(
+        "--restricted-key", action="append", default=[], metavar="NAME=REF",
+        help="a Triton restricted-protocol key (NAME=env:VAR); repeatable",
+    )  # fmt: skip
+
+
 def _run_repo_check(args: argparse.Namespace) -> int:
     from ..repository.check import EntryReport, check_repository, render_reports
 
@@ -241,9 +257,15 @@ def _run_repo_check(args: argparse.Namespace) -> int:
     elif args.repository is not None:
         reports = check_repository(args.repository)
     if args.server is not None:
+        from ..client.credentials import CredentialRefs
         from ..repository.served import ServerView, against_server, render_served
 
-        with ServerView(args.server, timeout_s=args.timeout) as view:
+        credentials = CredentialRefs(
+            root_certificates=args.root_certificates, client_certificate=args.client_certificate,
+            client_key=args.client_key, auth_token=args.auth_token, headers=tuple(args.header),
+            restricted_keys=tuple(args.restricted_key),
+        )  # fmt: skip
+        with ServerView(args.server, timeout_s=args.timeout, credentials=credentials) as view:
             served = view.models()
         sys.stdout.write(render_served(served, args.server))
         reports = against_server(reports, served, args.server)

@@ -30,9 +30,10 @@ def add_serve(commands: argparse._SubParsersAction[Any]) -> None:
 
 def _run_serve(args: argparse.Namespace) -> int:
     """Run the server in the foreground; print where it listens and what it serves once it is ready."""
+    from ..client.loopback import repository_index
+    from ..client.timeouts import CONTROL_TIMEOUT_S
     from ..server import LocalTritonServer
     from ..server.foreground import run_in_foreground
-    from ..server.health import CONTROL_TIMEOUT_S, repository_index
 
     if not _model_folders(args.repository):
         print(f"warning: model repository {str(args.repository)!r} holds no models; serving nothing", file=sys.stderr)

@@ -27,7 +27,7 @@ from ..bundles import Bundle
 from ..errors import BundleError, ConfigError
 from ..pipeline.settings import InferenceSettings
 from ..pipeline.volume import infer_volume, volume_spec
-from ..repository.volume import VolumeSpec
+from ..volume_spec import VolumeSpec
 
 
 class VolumeNetwork:

@@ -22,7 +22,7 @@ from pathlib import Path
 from ..errors import ConfigError
 
 PROJECT = "monai-triton-ops"
-#: The distribution that carries Triton's server, its library and the Python backend (``server/discovery.py``).
+#: The distribution that carries Triton's server, its library and the Python backend (``discovery.py``).
 SERVER_FILES = "nvidia-pytriton"
 #: Never pinned: the image's venv brings its own installer.
 _UNPINNED = {"pip", "setuptools", "wheel"}

@@ -22,8 +22,8 @@ import torch
 from ..backends.base import BaseBackend
 from ..backends.requests import Parameter
 from ..errors import ConfigError, InputDataError
-from ..repository.volume import WRAP_COMMAND, VolumeSpec
 from ..signature import dtype_to_torch
+from ..volume_spec import WRAP_COMMAND, VolumeSpec
 from .settings import DEFAULT_SIGMA_SCALE, InferenceSettings
 
 logger = logging.getLogger(__name__)

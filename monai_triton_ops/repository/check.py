@@ -67,7 +67,7 @@ def model_folders(repository: str | Path) -> list[Path]:
 
 def local_capabilities() -> servable.Capabilities | None:
     """What this machine's Triton (the wheel's, or ``$TRITONSERVER_HOME``) can load; ``None`` without one."""
-    from ..server.discovery import find_tritonserver
+    from ..discovery import find_tritonserver
 
     try:
         return servable.Capabilities.of_install(find_tritonserver())

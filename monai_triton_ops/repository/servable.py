@@ -54,9 +54,9 @@ def kind_of(config: Any, has_versions: bool) -> str:
 
 def wrapped_network(config: Any) -> str | None:
     """The network a whole-volume model (``repo wrap``) calls; ``None`` for any other configuration."""
+    from ..volume_spec import VolumeSpec
     from .config import METADATA_PARAMETER
     from .metadata import parse_metadata_text
-    from .volume import VolumeSpec
 
     if config is None or METADATA_PARAMETER not in config.parameters:
         return None

@@ -4,7 +4,9 @@ The App SDK's remote apps keep a client-side ``config.pbtxt`` next to the app wh
 a shared Triton; when the two drift apart the client fails on its first request. This module asks
 the server (repository index, then each model's configuration, every call with a deadline) and
 compares a local folder's configuration with what the server serves: names, dtypes, dims and
-``max_batch_size``. It uses ``tritonclient`` directly: a tool's handful of calls, not the request path.
+``max_batch_size``. It speaks through the client layer (``client/``), as the remote backend does: the same
+URLs, TLS and mutual TLS, auth headers (secrets named by ``env:``/``file:``) and status table, so a server
+the backend reaches, this reaches too.
 
 URLs: ``grpc://HOST:PORT``, ``grpcs://...``, ``http://HOST:PORT``, ``https://...``, or the App SDK's
 ``HOST:PORT`` (HTTP, as its ``-t``/``TRITON_SERVER_NETLOC``).
@@ -12,17 +14,23 @@ URLs: ``grpc://HOST:PORT``, ``grpcs://...``, ``http://HOST:PORT``, ``https://...
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import urlsplit
+from typing import Any, TypeVar
 
-from ..errors import ConfigError, ServerUnavailableError
-from ..server.health import CONTROL_TIMEOUT_S
+from ..client.credentials import CredentialOptions, CredentialRefs, load_credentials
+from ..client.endpoints import server_endpoint
+from ..client.status import CallError, Status, public_error
+from ..client.timeouts import CONTROL_TIMEOUT_S
+from ..client.tls import check_handshake, check_tls_options
+from ..client.transports import connect
+from ..client.transports.base import TransportSettings
+from ..client.workers import JOIN_TIMEOUT_S, Workers
+from ..errors import ServerUnavailableError
 from ..signature import ModelSignature
 from .check import EntryReport, differences, replace_problems, table
 
-_SCHEMES = {"grpc": ("grpc", False), "grpcs": ("grpc", True), "http": ("http", False), "https": ("http", True)}
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,38 +45,32 @@ class ServedModel:
     platform: str = ""
 
 
-def parse_url(url: str) -> tuple[str, str, bool]:
-    """``(protocol, host:port, tls)`` of a server URL; a bare ``HOST:PORT`` is HTTP, as the App SDK's ``-t``."""
-    text = url if "://" in url else f"http://{url}"
-    parts = urlsplit(text)
-    if parts.scheme not in _SCHEMES or not parts.hostname or parts.port is None or parts.path not in ("", "/"):
-        raise ConfigError(
-            f"server URL {url!r}: expected grpc://HOST:PORT, grpcs://, http://HOST:PORT, https:// or HOST:PORT"
-        )
-    protocol, tls = _SCHEMES[parts.scheme]
-    return protocol, parts.netloc, tls
-
-
 class ServerView:
-    """A read-only view of one server's models, every call bounded by ``timeout_s``."""
+    """A read-only view of one server's models, every call bounded by ``timeout_s``; ``credentials`` as the remote
+    backend's options name them (CA, client certificate and key, auth token, headers, restricted keys)."""
 
-    def __init__(self, url: str, *, timeout_s: float = CONTROL_TIMEOUT_S) -> None:
+    def __init__(
+        self, url: str, *, timeout_s: float = CONTROL_TIMEOUT_S, credentials: CredentialOptions | None = None
+    ) -> None:
         self.url = url
-        self.protocol, self.address, tls = parse_url(url)
         self.timeout_s = timeout_s
-        if self.protocol == "grpc":
-            import tritonclient.grpc as grpcclient
-
-            self._client: Any = grpcclient.InferenceServerClient(self.address, ssl=tls)
-        else:
-            import tritonclient.http as httpclient
-
-            self._client = httpclient.InferenceServerClient(
-                self.address, ssl=tls, connection_timeout=timeout_s, network_timeout=timeout_s
-            )
+        endpoint = server_endpoint(url)
+        options = credentials or CredentialRefs()
+        check_tls_options([endpoint], options)
+        settings = TransportSettings(credentials=load_credentials(options))
+        check_handshake(endpoint, settings.credentials, timeout_s=timeout_s)  # a TLS failure named, not waited out
+        self._workers = Workers("repo-check", 1)  # an HTTP client lives on the thread that made it
+        try:
+            self._transport = connect(endpoint, settings, self._workers)
+        except BaseException:
+            self._workers.stop(join_timeout_s=JOIN_TIMEOUT_S)
+            raise
 
     def close(self) -> None:
-        self._client.close()
+        try:
+            self._transport.close()
+        finally:
+            self._workers.stop(join_timeout_s=JOIN_TIMEOUT_S)
 
     def __enter__(self) -> ServerView:
         return self
@@ -78,7 +80,8 @@ class ServerView:
 
     def models(self) -> list[ServedModel]:
         """Every model in the server's repository index, in name order, with the signature of ready ones."""
-        entries = self._call("the repository index", self._index)
+        index = self._call("the repository index", lambda t: t.repository_index(timeout_s=self.timeout_s))
+        entries = [_entry(e.get("name"), e.get("version"), e.get("state"), e.get("reason")) for e in index]
         found = []
         for entry in sorted(entries, key=lambda e: (e["name"], e["version"])):
             signature, platform = None, ""
@@ -98,32 +101,21 @@ class ServerView:
 
     def config(self, name: str) -> Any:
         """The model's configuration as the server has it (a ``ModelConfig`` message, whichever protocol)."""
-        return self._call(f"the configuration of model {name!r}", lambda: self._config(name))
+        return self._call(
+            f"the configuration of model {name!r}", lambda t: t.model_config(name, "", timeout_s=self.timeout_s)
+        )
 
-    def _index(self) -> list[dict[str, str]]:
-        if self.protocol == "grpc":
-            response = self._client.get_model_repository_index(client_timeout=self.timeout_s)
-            return [_entry(m.name, m.version, m.state, m.reason) for m in response.models]
-        index = self._client.get_model_repository_index()
-        return [_entry(e.get("name"), e.get("version"), e.get("state"), e.get("reason")) for e in index]
-
-    def _config(self, name: str) -> Any:
-        from google.protobuf import json_format
-        from tritonclient.grpc import model_config_pb2 as pb
-
-        if self.protocol == "grpc":
-            return self._client.get_model_config(name, client_timeout=self.timeout_s).config
-        return json_format.ParseDict(self._client.get_model_config(name), pb.ModelConfig(), ignore_unknown_fields=True)
-
-    def _call(self, what: str, call: Any) -> Any:
-        from tritonclient.utils import InferenceServerException
-
+    def _call(self, what: str, call: Callable[[Any], T]) -> T:
+        """``call(transport)``; a failure raised as the status table says (a refused token is a ``ConfigError``,
+        a 4xx the request's fault); a server that is away or too slow as ``ServerUnavailableError``."""
         try:
-            return call()
-        except (InferenceServerException, OSError) as exc:  # refused, reset, timed out, TLS, a gRPC status
-            raise ServerUnavailableError(
-                f"Triton server {self.url!r} did not give {what} within {self.timeout_s:g} s: {exc}"
-            ) from exc
+            return call(self._transport)
+        except CallError as exc:
+            if exc.status in (Status.UNAVAILABLE, Status.DEADLINE):
+                raise ServerUnavailableError(
+                    f"Triton server {self.url!r} did not give {what} within {self.timeout_s:g} s: {exc.message}"
+                ) from exc
+            raise public_error(exc, f"Triton server {self.url!r}, {what}") from exc
 
 
 def _entry(name: Any, version: Any, state: Any, reason: Any) -> dict[str, str]:

@@ -9,7 +9,8 @@ name, the blended scores.
 
 What it wraps travels in its ``config.pbtxt``: the network's MONAI metadata (so a client reads the
 same ``inference`` defaults from either model) with a ``whole_volume`` block added, which the runner
-and the client both read (:class:`VolumeSpec`).
+and the client both read (:class:`~monai_triton_ops.volume_spec.VolumeSpec`, beside the signature: the
+client reads it without this package).
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, ModelNotFoundError
+from ..volume_spec import DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_VOLUME_MB, VOLUME_KEY, VolumeSpec
 from . import layout
 
 if TYPE_CHECKING:  # torch comes with it; the CLI reads this module's defaults without loading torch
@@ -30,64 +32,16 @@ if TYPE_CHECKING:  # torch comes with it; the CLI reads this module's defaults w
 logger = logging.getLogger(__name__)
 
 SUFFIX = "_volume"
-LABELS = "LABELS"
-#: The key of the block in the MONAI metadata that makes a model a whole-volume model.
-VOLUME_KEY = "whole_volume"
 RUNNER = Path(__file__).parent / "runner" / "volume.py"
 #: The runner's own module of settings, copied beside it under the same name (the runner imports it from there).
 RUNNER_SETTINGS = RUNNER.with_name("volume_settings.py")
-DEFAULT_MAX_VOLUME_MB = 1024
-DEFAULT_MAX_IN_FLIGHT = 2
 #: Labels are uint8: an argmax over more channels than this cannot be stored.
 MAX_LABEL_CHANNELS = 256
-WRAP_COMMAND = "monai-triton repo wrap REPO --name {name}"
 
 
 def volume_model_name(network: str) -> str:
     """``brain_tissue_seg`` -> ``brain_tissue_seg_volume``."""
     return layout.check_model_name(f"{network}{SUFFIX}")
-
-
-@dataclass(frozen=True, kw_only=True)
-class VolumeSpec:
-    """What a whole-volume model wraps: the ``whole_volume`` block of its metadata (client and runner read it).
-
-    ``input``/``output`` are the network's tensor names (the volume model uses the same ones, so the scores
-    come back under the network's output name); ``labels`` the uint8 argmax output; ``channels`` the
-    network output's channels (``None`` when dynamic); ``max_volume_mb`` the largest input the server
-    accepts; ``max_in_flight`` how many network requests one volume keeps in flight.
-    """
-
-    network: str
-    input: str
-    output: str
-    labels: str = LABELS
-    channels: int | None
-    spatial_rank: int
-    batch_axis: bool
-    network_max_batch_size: int
-    max_volume_mb: int = DEFAULT_MAX_VOLUME_MB
-    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
-
-    def __post_init__(self) -> None:
-        if self.max_volume_mb < 1:
-            raise ConfigError(f"max_volume_mb must be >= 1 (megabytes), got {self.max_volume_mb}")
-        if self.max_in_flight < 1:
-            raise ConfigError(f"max_in_flight must be >= 1, got {self.max_in_flight}")
-
-    @classmethod
-    def of(cls, metadata: Any) -> VolumeSpec | None:
-        """The block in a model's metadata, or ``None`` for a model that is not a whole-volume model."""
-        block = metadata.get(VOLUME_KEY) if isinstance(metadata, dict) else None
-        if block is None:
-            return None
-        try:
-            return cls(**{key: block[key] for key in block if key in cls.__dataclass_fields__})
-        except (TypeError, KeyError) as exc:
-            raise ConfigError(f"metadata block {VOLUME_KEY!r} is not one monai-triton writes: {exc}") from exc
-
-    def limit_bytes(self) -> int:
-        return self.max_volume_mb << 20
 
 
 def plan_volume(

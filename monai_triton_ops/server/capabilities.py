@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ModelLoadError
 
 if TYPE_CHECKING:
-    from .discovery import TritonInstall
+    from ..discovery import TritonInstall
 
 #: The file Triton reads a model's configuration from (``repository.layout.CONFIG_FILENAME``).
 CONFIG_FILENAME = "config.pbtxt"

@@ -29,7 +29,8 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from .discovery import PYTHON_BACKEND_FILES, STUB_COMM, STUB_NAME, TritonInstall
+from ..discovery import PYTHON_BACKEND_FILES, STUB_COMM, STUB_NAME, TritonInstall
+from ..processes import pid_exists
 from .process import proc_stat
 
 logger = logging.getLogger(__name__)
@@ -208,17 +209,6 @@ def _parent_name(pid: int) -> str | None:
     stat = proc_stat(pid)
     parent = proc_stat(int(stat[1][1])) if stat is not None else None
     return parent[0] if parent is not None else None
-
-
-def pid_exists(pid: int) -> bool:
-    """Whether a process with ``pid`` exists (signal 0 probes without touching it)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _prepend(first: list[str], rest: str) -> str:

@@ -42,9 +42,10 @@ from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 
+from ..client import loopback
+from ..discovery import TritonInstall, find_tritonserver
 from ..errors import ConfigError, ModelNotFoundError, PortInUseError, ServerError, ServerStartError
-from . import health, logs, readiness
-from .discovery import TritonInstall, find_tritonserver
+from . import logs, readiness
 from .environment import (
     assemble_backend_dir,
     remove_leftovers_of_dead_launchers,
@@ -349,9 +350,9 @@ class LocalTritonServer:
                 )
             probe = min(_PROBE_TIMEOUT_S, remaining)
             if (
-                health.is_live(base, timeout_s=probe)
-                and health.is_ready(base, timeout_s=probe)
-                and health.http_status(self.metrics_url, timeout_s=probe) == 200  # the last service to start
+                loopback.is_live(base, timeout_s=probe)
+                and loopback.is_ready(base, timeout_s=probe)
+                and loopback.http_status(self.metrics_url, timeout_s=probe) == 200  # the last service to start
                 and readiness.models_ready(base, self.options, log_path, self._install, timeout_s=probe)
             ):
                 return

@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..client import loopback
+from ..discovery import TritonInstall
 from ..errors import PortInUseError, ServerStartError
-from . import health, logs
+from . import logs
 from .capabilities import load_failure
-from .discovery import TritonInstall
 from .options import ServerOptions
 from .ports import LOOPBACK
 from .stub import python_models, repository_stub_problems
@@ -72,7 +73,7 @@ def models_ready(
     base: str, options: ServerOptions, log_path: Path, install: TritonInstall | None, *, timeout_s: float
 ) -> bool:
     """Whether every wanted model is ready (the server at ``base``); raise when one never will be."""
-    index = health.repository_index(base, timeout_s=timeout_s)
+    index = loopback.repository_index(base, timeout_s=timeout_s)
     if index is None:
         return False
     known = {str(entry.get("name")) for entry in index}
@@ -87,7 +88,7 @@ def models_ready(
         raise ServerStartError(
             f"models {missing} are not in the repository {str(options.model_repository)!r} (it holds {sorted(known)})"
         )
-    pending = [name for name in sorted(wanted) if not health.model_is_ready(base, name, timeout_s=timeout_s)]
+    pending = [name for name in sorted(wanted) if not loopback.model_is_ready(base, name, timeout_s=timeout_s)]
     failed = [
         logs.ModelFailure(str(e["name"]), int(e.get("version") or 0), str(e["reason"]))
         for e in index

@@ -22,8 +22,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..discovery import STUB_NAME
 from .capabilities import read_config
-from .discovery import STUB_NAME
 from .logs import last_line, stub_failure
 
 logger = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ import torch
 
 from monai_triton_ops.backends.base import BackendState, BaseBackend, InferRequest
 from monai_triton_ops.backends.options import BackendOptions
-from monai_triton_ops.backends.workers import Workers
+from monai_triton_ops.client.workers import Workers
 from monai_triton_ops.errors import BackendStateError, InferenceError, InferenceTimeoutError
 from monai_triton_ops.signature import ModelSignature
 

@@ -170,8 +170,8 @@ def _mock(repo: Path) -> Iterator[Factory]:
 def _triton(repo: Path) -> Iterator[Factory]:
     """The in-process Triton server; one backend per model stays open for the module, so each model loads once."""
     from monai_triton_ops.backends.registry import is_installed
+    from monai_triton_ops.discovery import find_triton_library
     from monai_triton_ops.errors import ServerNotFoundError
-    from monai_triton_ops.server.discovery import find_triton_library
 
     try:
         find_triton_library()

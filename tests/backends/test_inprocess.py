@@ -37,13 +37,13 @@ from monai_triton_ops.backends.inprocess.backend import (
     deserialize_bytes,
     serialize_bytes,
 )
+from monai_triton_ops.discovery import find_triton_library
 from monai_triton_ops.errors import (
     BackendStateError,
     BackendUnavailableError,
     ConfigError,
     ModelLoadError,
 )
-from monai_triton_ops.server.discovery import find_triton_library
 from monai_triton_ops.server.process import proc_stat
 
 from .. import triton_models, warm_python

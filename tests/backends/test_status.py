@@ -14,9 +14,9 @@ import grpc
 import pytest
 
 from monai_triton_ops import errors, exits
-from monai_triton_ops.backends import status
-from monai_triton_ops.backends.status import Status
 from monai_triton_ops.bindings.enums import TRITONSERVER_Error_Code
+from monai_triton_ops.client import status
+from monai_triton_ops.client.status import Status
 
 NAMED = {
     value
@@ -58,9 +58,15 @@ def test_every_grpc_status_maps_to_a_named_class(code: grpc.StatusCode) -> None:
 
 @pytest.mark.parametrize("code", [c for c in http.HTTPStatus if c >= 400], ids=lambda c: str(c.value))
 def test_every_http_error_status_maps_to_a_named_class(code: http.HTTPStatus) -> None:
+    """A listed status reads as its row; an unlisted client error (4xx) is the request's fault (exit 2), an unlisted
+    server error (5xx) the server's (exit 4)."""
     error = status.from_http_status(str(code.value), "text")  # tritonclient's form: "404"
-    assert error.status is status.HTTP.get(code.value, Status.INTERNAL)
-    assert _named(type(status.to_public(error, model="m", url="http://h:1")))
+    unlisted = Status.INVALID_ARGUMENT if code < 500 else Status.INTERNAL
+    assert error.status is status.HTTP.get(code.value, unlisted)
+    public = status.to_public(error, model="m", url="http://h:1")
+    assert _named(type(public))
+    if code.value not in status.HTTP:
+        assert exits.exit_code(public) == (exits.USAGE if code < 500 else exits.SERVER_FAILED)
 
 
 def test_the_table_knows_only_real_codes() -> None:

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from monai_triton_ops import bindings as b
+from monai_triton_ops import discovery
 from monai_triton_ops.bindings import _library
 from monai_triton_ops.errors import ServerNotFoundError
-from monai_triton_ops.server import discovery
 
 BINDINGS = Path(b.__file__).parent
 

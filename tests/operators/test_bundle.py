@@ -25,10 +25,10 @@ from monai.deploy.operators.monai_bundle_inference_operator import (
 
 from monai_triton_ops import InferenceOperator
 from monai_triton_ops.bundles import read_bundle
+from monai_triton_ops.discovery import find_triton_library
 from monai_triton_ops.errors import BundleError, MonaiTritonError, ServerNotFoundError
 from monai_triton_ops.repository.bundle import build_bundle, cached_repository
 from monai_triton_ops.server import LocalTritonServer, find_tritonserver
-from monai_triton_ops.server.discovery import find_triton_library
 
 from ..bundles.classify import CLASSES, classify_bundle, monai_alone, png_images
 from ..bundles.makers import ct_image, rgb_bundle, rgb_image, unet_bundle

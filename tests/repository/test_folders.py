@@ -136,7 +136,8 @@ def test_check_needs_a_repository_or_a_server(capsys: pytest.CaptureFixture[str]
 
 def test_a_server_model_that_is_not_ready_is_a_problem_with_its_reason(client_side: Path) -> None:
     """What ``repo check --server`` makes of an index entry the server could not load (the entries as it reports)."""
-    from monai_triton_ops.repository.served import ServedModel, against_server, parse_url, render_served
+    from monai_triton_ops.client.endpoints import server_endpoint
+    from monai_triton_ops.repository.served import ServedModel, against_server, render_served
 
     served = [ServedModel(name="spleen_ct", version="1", state="UNAVAILABLE", reason="instance group has KIND_GPU")]
     [report] = against_server(check_repository(client_side), served, "http://triton:8000")
@@ -144,5 +145,6 @@ def test_a_server_model_that_is_not_ready_is_a_problem_with_its_reason(client_si
     text = render_served(served, "http://triton:8000").splitlines()
     assert text[2].split() == ["spleen_ct", "1", "UNAVAILABLE", "-", "-", "-"]
     assert text[3] == "spleen_ct: UNAVAILABLE: instance group has KIND_GPU"
-    assert parse_url("triton:8000") == ("http", "triton:8000", False)
-    assert parse_url("grpcs://triton:8001") == ("grpc", "triton:8001", True)
+    bare, tls = server_endpoint("triton:8000"), server_endpoint("grpcs://triton:8001")
+    assert (bare.protocol, bare.address, bare.tls) == ("http", "triton:8000", False)
+    assert (tls.protocol, tls.address, tls.tls) == ("grpc", "triton:8001", True)

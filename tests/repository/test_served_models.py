@@ -243,6 +243,22 @@ def test_check_compares_a_client_side_folder_with_the_server(
     ) in capsys.readouterr().out.splitlines()
 
 
+@pytest.mark.usefixtures("restore_console")
+def test_a_client_error_the_status_table_does_not_list_is_a_bad_request_not_a_server_failure(
+    server: LocalTritonServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Pointed at the server's metrics port, the repository index is answered 405 by the real server: an HTTP
+    client error with no row of its own in the status table is the request's fault (exit 2), not the server's
+    internal error (exit 4)."""
+    from monai_triton_ops.cli import main
+
+    url = f"http://127.0.0.1:{server.metrics_port}"
+    assert main(["repo", "check", "--server", url]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: Triton server {url!r}, the repository index: the server refused the request")
+    assert "Method Not Allowed" in err
+
+
 def test_a_server_nobody_answers_is_exit_3_within_the_timeout(tmp_path: Path) -> None:
     import socket
     import subprocess

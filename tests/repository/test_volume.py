@@ -27,6 +27,7 @@ from monai_triton_ops.repository.builder import build_repository
 from monai_triton_ops.repository.check import check_repository
 from monai_triton_ops.repository.config import read_config, signature_from_config
 from monai_triton_ops.repository.runner import volume as runner
+from monai_triton_ops.volume_spec import VolumeSpec
 
 from .conftest import snapshot
 
@@ -70,7 +71,7 @@ def test_wrap_writes_a_python_model_beside_the_network(repo: Path, golden: Calla
         ("OUTPUT__0", "FP32", (-1, 3, -1, -1, -1)),
     ]
     assert signature.metadata["inference"] == INFERENCE  # clients read the same defaults from either model
-    spec = volume.VolumeSpec.of(signature.metadata)
+    spec = VolumeSpec.of(signature.metadata)
     assert spec is not None
     assert (spec.network, spec.input, spec.output, spec.channels, spec.max_volume_mb) == (
         "unet",
@@ -96,7 +97,7 @@ def test_the_runner_reads_what_the_wrap_writes(repo: Path) -> None:
         read_config(repo / "unet_volume" / "config.pbtxt"), preserving_proto_field_name=True
     )
     model = runner.Wrapped.from_config(config)
-    spec = volume.VolumeSpec.of(signature_from_config(read_config(repo / "unet_volume" / "config.pbtxt")).metadata)
+    spec = VolumeSpec.of(signature_from_config(read_config(repo / "unet_volume" / "config.pbtxt")).metadata)
     assert spec is not None
     assert (model.name, model.network, model.input, model.output, model.labels) == (
         "unet_volume", spec.network, spec.input, spec.output, spec.labels
@@ -132,7 +133,7 @@ def test_an_existing_volume_model_is_replaced_only_with_force(repo: Path) -> Non
         volume.wrap_network(repo, "unet", max_volume_mb=8)
     assert snapshot(repo) == before
     volume.wrap_network(repo, "unet", max_volume_mb=8, force=True)
-    spec = volume.VolumeSpec.of(signature_from_config(read_config(repo / "unet_volume" / "config.pbtxt")).metadata)
+    spec = VolumeSpec.of(signature_from_config(read_config(repo / "unet_volume" / "config.pbtxt")).metadata)
     assert spec is not None
     assert spec.max_volume_mb == 8
 

@@ -22,11 +22,11 @@ from typing import TypeVar
 
 import pytest
 
+from monai_triton_ops.discovery import PYTHON_BACKEND_FILES, STUB_NAME
 from monai_triton_ops.errors import ServerNotFoundError
+from monai_triton_ops.processes import pid_exists as process_exists
 from monai_triton_ops.server import LocalTritonServer, TritonInstall, find_tritonserver
-from monai_triton_ops.server.discovery import PYTHON_BACKEND_FILES, STUB_NAME
 from monai_triton_ops.server.environment import SHM_DIR
-from monai_triton_ops.server.environment import pid_exists as process_exists
 
 T = TypeVar("T")
 

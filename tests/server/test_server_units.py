@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from monai_triton_ops import discovery
 from monai_triton_ops.errors import ConfigError, ModelNotFoundError, ServerError, ServerNotFoundError
 from monai_triton_ops.server import (
     LocalTritonServer,
     ServerOptions,
     ServerState,
-    discovery,
     find_tritonserver,
     load_settings,
     logs,

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from monai_triton_ops.discovery import STUB_NAME
 from monai_triton_ops.errors import ServerStartError
 from monai_triton_ops.server import LocalTritonServer, ServerState, TritonInstall, find_tritonserver, logs, readiness
-from monai_triton_ops.server.discovery import STUB_NAME
 from monai_triton_ops.server.environment import server_environment
 from monai_triton_ops.server.stub import model_stub, python_models, repository_stub_problems, stub_problem
 

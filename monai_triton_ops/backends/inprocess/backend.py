@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import torch
 
+from ...client import status
 from ...errors import (
     BackendUnavailableError,
     ConfigError,
@@ -44,7 +45,6 @@ from ...errors import (
 from ...repository import layout
 from ...repository.signatures import LocalEntry, local_entry
 from ...signature import ModelSignature, TensorSpec
-from .. import status
 from ..arrays import ArrayLike, as_numpy
 from ..base import CLOSE_TIMEOUT_S, Availability, BaseBackend, InferRequest
 from ..leases import BufferPool
@@ -247,7 +247,7 @@ class InProcessBackend(BaseBackend):
 
     def _error(self, error: BaseException, *, loading: bool = False) -> BaseException:
         """The one translation of what the in-process server raised: Triton's errors through the status table
-        all Triton backends share (``status.py``), as remotely; a load failure as the load's own error."""
+        all Triton backends share (``client/status.py``), as remotely; a load failure as the load's own error."""
         from ... import bindings as b
 
         model = self.model_name

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...server.discovery import STUB_COMM, STUB_NAME
+from ...discovery import STUB_COMM, STUB_NAME
 from ...server.process import proc_stat
 
 logger = logging.getLogger(__name__)

@@ -2,10 +2,10 @@
 
 Open is ``opening.py``. A request, from the contract's queue to the wire (``docs/architecture.md`` draws it):
 
-    _infer(request)    on a thread of the contract's pool (backends/workers.py), or the caller's over gRPC:
+    _infer(request)    on a thread of the contract's pool (client/workers.py), or the caller's over gRPC:
                        the attempt loop below, bounded by the request's deadline and ``request.cancelled``
       fleet.pick(tried)                     the server for this attempt (fleet.py)
-      exchange.send(transport, request)     one attempt: slot or body, one blocking call (transports/), outputs
+      exchange.send(transport, request)     one attempt: slot or body, one blocking call (client/transports/), outputs
 
 The queue, the in-flight limit and the future are the contract's (``backends/flow.py``). A failure of the
 server (``fleet.FAILOVER``) goes at once to another server this request has not tried; when every server has
@@ -34,17 +34,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...client.endpoints import spec_endpoints
+from ...client.status import CallError, Status, to_public
+from ...client.timeouts import CONTROL_TIMEOUT_S
+from ...client.tls import check_tls_options
 from ...errors import (
     BackendStateError,
     ConfigError,
 )
-from ...server.health import CONTROL_TIMEOUT_S
 from ...signature import ModelSignature
 from ..base import CLOSE_TIMEOUT_S, Availability, BaseBackend, InferRequest
 from ..options import BackendOptions
-from ..status import CallError, Status, to_public
 from . import exit_hook
-from .endpoints import spec_endpoints
 from .exchange import Exchange, Outputs
 from .fallback import TorchFallback
 from .fleet import FAILOVER, Fleet
@@ -53,7 +54,6 @@ from .opening import Target, open_remote
 from .options import RemoteOptions
 from .protocol import run_line
 from .shm.region import live_regions
-from .transports.tls import check_tls_options
 from .volume import served_name
 
 logger = logging.getLogger(__name__)
@@ -195,7 +195,7 @@ class RemoteBackend(BaseBackend):
             raise
         self._fleet, self._exchange = opened.fleet, opened.exchange
         exit_hook.watch(self)  # after the regions' own exit hook: this one runs first (see exit_hook.py)
-        self._any_thread = opened.fleet.any_thread
+        self._any_thread = opened.fleet.members.any_thread
         via = "the request body" if opened.exchange.pool is None else "system shared memory"
         logger.info("%r: %d server(s), tensors via %s", self, len(opened.fleet.servers), via)
         return opened.signature
@@ -225,7 +225,7 @@ class RemoteBackend(BaseBackend):
             attempts.tried[server] += 1
             attempts.count += 1
             attempts.servers.add(server.label)
-            transport = fleet.take(server)
+            transport = fleet.members.take(server)
             try:
                 outputs = exchange.send(transport, request)
             except CallError as error:
@@ -236,7 +236,7 @@ class RemoteBackend(BaseBackend):
                 logger.debug("model %r attempt %d on %s: %s", self.model_name, attempts.count, server.label, error)
                 continue
             finally:
-                fleet.give_back(server)
+                fleet.members.give_back(server)
             fleet.succeeded(server)
             if attempts.count > 1:
                 self._count("failed_over")
@@ -263,7 +263,7 @@ class RemoteBackend(BaseBackend):
         last = attempts.last
         if last is None:  # no server could take it at all (every one unchecked or serving another model)
             last = CallError(Status.UNAVAILABLE, f"no server can take it: {fleet.describe()}")
-            attempts.where = fleet.label
+            attempts.where = fleet.members.label
         error = self._public(last, request, attempts)
         if self._fallback is not None and last.status in FAILOVER:
             self._count("fell_back")
@@ -305,12 +305,12 @@ class RemoteBackend(BaseBackend):
         if os.getpid() != self._pid:  # a forked child: the parent's channels, threads and regions are not ours
             return
         if fleet is not None:
-            fleet.end_calls()
+            fleet.members.end_calls()
         if exchange is not None and exchange.pool is not None:
             close_by = self._close_by if self._close_by is not None else time.monotonic()
             exchange.pool.close(max(close_by, time.monotonic() + REGIONS_GRACE_S))
         if fleet is not None:
-            fleet.close()
+            fleet.members.close()
         if self._fallback is not None:
             self._fallback.close()
 
@@ -334,12 +334,12 @@ class RemoteBackend(BaseBackend):
         fleet = self._fleet
         if fleet is None:
             raise BackendStateError(f"{self!r}: statistics() needs an open backend")
-        return fleet.statistics()
+        return fleet.members.statistics()
 
     def shared_memory_regions(self) -> list[str]:
         """Names of this backend's regions registered on the server (diagnostics and tests)."""
         fleet = self._fleet
-        only = fleet.only_server() if fleet is not None else None
+        only = fleet.members.only_server() if fleet is not None else None
         if only is None:
             return []
         try:

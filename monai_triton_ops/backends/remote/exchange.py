@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ...client.status import CallError, Status
+from ...client.transports.base import ShmRef, Transport, WireInput, WireOutput, WireResult
 from ...errors import InferenceError
 from ...signature import ModelSignature, dtype_to_numpy
+from ..arrays import to_numpy
 from ..leases import BufferPool
 from ..requests import Parameter
-from ..status import CallError, Status
 from .shm.layout import SIZE_MEMORY, Key, Layout, OutputSizes, place
 from .shm.pool import PoolExhausted, RegionPool, Slot
-from .transports.base import ShmRef, Transport, WireInput, WireOutput, WireResult
-from .transports.codec import to_numpy
 
 if TYPE_CHECKING:
     from ..base import InferRequest
@@ -178,7 +178,7 @@ class Exchange:
         self, region: str, layout: Layout, arrays: dict[str, np.ndarray], outputs: tuple[str, ...], *, keep: bool
     ) -> _Wire:
         """The tensors of a request in ``region`` placed by ``layout``; kept (a transport keeps the request head it
-        writes for the same objects: ``transports.base.Heads``)."""
+        writes for the same objects: ``client.transports.base.Heads``)."""
         inputs = tuple(
             WireInput(name, self._input_types[name], array.shape, shm=ShmRef(region, size, start))
             for (name, array), (start, size) in zip(arrays.items(), layout.inputs, strict=True)

@@ -20,7 +20,8 @@ and headers, and a TLS failure with any of them is told apart from a server that
 
 Probes run off the request path (``health.Prober``); when no server is up, every server not up is probed at
 once. Which servers there are (names resolved again, servers retired) and their transports (replaced, closed
-once no attempt uses them) is the base class, ``members.py``.
+once no attempt uses them) are the fleet's :class:`~.members.Members` (``fleet.members``: ``take`` and
+``give_back`` a server's transport, ``statistics``, ``end_calls``, ``close``); the fleet judges them.
 
 ``pick(tried)`` is the request path's one question: an UP server this request has not tried, round
 robin; when no server is up, a SUSPECT or DOWN one that was checked (the request is then the probe: a
@@ -36,18 +37,18 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ...client.endpoints import Endpoint, Resolver, resolve
+from ...client.status import CallError, Status, to_public
+from ...client.timeouts import CONTROL_TIMEOUT_S
+from ...client.transports.base import TransportSettings
+from ...client.workers import Workers
 from ...errors import ConfigError, MonaiTritonError
-from ...server.health import CONTROL_TIMEOUT_S
 from ...signature import ModelSignature
-from ..status import CallError, Status, to_public
-from ..workers import Workers
 from . import health
-from .endpoints import Endpoint, Resolver, resolve
 from .health import Server, State
 from .members import Members
 from .options import RemoteOptions
 from .protocol import Served, describe_model, mismatch
-from .transports.base import TransportSettings
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ FAILOVER = frozenset({Status.UNAVAILABLE, Status.MODEL_DOWN})
 Describe = Callable[[Server], Served]
 
 
-class Fleet(Members):
+class Fleet:
     """Every server of one backend's model, their health, and the choice; thread-safe. See the module docstring."""
 
     def __init__(
@@ -83,7 +84,19 @@ class Fleet(Members):
         self._rounds = 0
         self.signature: ModelSignature | None = None
         self._strict = True  # compare version and metadata too (not against a fallback's local signature)
-        super().__init__(model, origins, settings, workers, options, resolver=resolver)
+        self.model = model
+        self._options = options
+        self.members = Members(
+            model, origins, settings, workers, options, probe=self._probe, changed=self._refresh_up, resolver=resolver
+        )
+        self._lock = self.members.lock  # one lock: the members' list and the servers' states change together
+        self._servers = self.members.all  # the same list, changed in place only (read under the lock)
+        self._prober = self.members.prober
+
+    @property
+    def servers(self) -> list[Server]:
+        """The servers not retired."""
+        return self.members.servers
 
     def usable(self) -> bool:
         """Whether a server is up, or failed a request without a probe confirming it down yet."""
@@ -129,7 +142,7 @@ class Fleet(Members):
                 "; ".join(f"{s.label} {s.why}" for s in waiting),
             )
             for server in waiting:
-                self._schedule(server, self._options.probe_backoff_s)
+                self.members.schedule(server, self._options.probe_backoff_s)
         return reference
 
     def adopt(self, signature: ModelSignature) -> None:
@@ -138,12 +151,12 @@ class Fleet(Members):
         self._strict = False
         for server in self.servers:
             server.warned = True
-            self._schedule(server, 0.0)
+            self.members.schedule(server, 0.0)
 
     def _probe_round(self, remaining_s: float) -> dict[str, health.Probe]:
         self._rounds += 1
-        if self._names and self._rounds > 1:  # a headless Service gains its first ready pod while we wait
-            self._resolve()
+        if self.members.resolves and self._rounds > 1:  # a headless Service gains its first ready pod while we wait
+            self.members.resolve()
         found: dict[str, health.Probe] = {}
         end = time.monotonic() + remaining_s
         for server in self.servers:
@@ -152,12 +165,12 @@ class Fleet(Members):
                 break
             if self._rounds == 1:  # TLS before any call: a refusal is a ConfigError now, not a wait (health.py)
                 handshake_s = min(health.PROBE_TIMEOUT_S, left)
-                health.check_tls(server.address.endpoint, self._settings.credentials, handshake_s)
+                health.check_tls(server.address.endpoint, self.members.settings.credentials, handshake_s)
             found[server.label] = self._probe_server(server, left)
         return found
 
     def _probe_server(self, server: Server, timeout_s: float) -> health.Probe:
-        credentials = self._settings.credentials
+        credentials = self.members.settings.credentials
         return health.probe(
             server.transport, server.address, self.model, self.version, timeout_s=timeout_s, credentials=credentials
         )
@@ -182,8 +195,7 @@ class Fleet(Members):
 
     def pick(self, tried: Counter[Server]) -> Server | None:
         """The server for a request's next attempt (see the module docstring), or ``None``."""
-        if self._names and time.monotonic() >= self._resolve_at:
-            self._resolve_later()
+        self.members.resolve_if_due()
         first = self._up  # a first attempt, the common case: no lock, one read
         if first and not tried:
             return first[next(self._turn) % len(first)]
@@ -214,7 +226,7 @@ class Fleet(Members):
                 server.state = State.SUSPECT
                 self._refresh_up()
                 logger.debug("model %r: %s suspect after %s", self.model, server.label, error)
-            if server.state is State.EXCLUDED or self._closed:
+            if server.state is State.EXCLUDED or self.members.closed:
                 return
             if server.probe_at is None:
                 self._prober.schedule(server, self._options.probe_backoff_s)
@@ -248,12 +260,12 @@ class Fleet(Members):
 
         A request answered there while the probe ran is newer news than a "not ready" the probe brings back (requests
         were in flight on it when one failed): the server stays up."""
-        if self._closed or server.retired:
+        if self.members.closed or server.retired:
             return
         began = time.monotonic()
         found = self._probe_once(server)
         if found.stale_connection and server.address.endpoint.protocol == "grpc":
-            self._reconnect(server)  # the server answers a connection, the channel still waits out its backoff
+            self.members.reconnect(server)  # the server answers a connection, the channel still waits out its backoff
             found = self._probe_once(server)
         with self._lock:
             if server.state is State.EXCLUDED:
@@ -264,7 +276,7 @@ class Fleet(Members):
             if server.state is State.UP and server.answered_at >= began:
                 return
             self._mark_down(server, found)
-            if not self._closed and not server.retired:
+            if not self.members.closed and not server.retired:
                 self._prober.schedule(server, server.probe_delay_s)
 
     def _probe_once(self, server: Server) -> health.Probe:

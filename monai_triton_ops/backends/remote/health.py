@@ -16,7 +16,7 @@ server, from a plain TCP connect's errno: never from message text. A server that
 (no such model or version, a model that failed to load) is an error at once, as with one server.
 
 A TLS server (``grpcs://``, ``https://``) whose calls fail while something listens on its port gets one
-TLS handshake of our own (``transports.tls.check_handshake``): gRPC reports an untrusted certificate or a refused
+TLS handshake of our own (``client.tls.check_handshake``): gRPC reports an untrusted certificate or a refused
 client certificate as ``UNAVAILABLE``, the word it also has for a server that is down, so without it a
 TLS problem would be waited out as "not ready". A handshake that fails is a ``ConfigError`` naming the
 server: at open it fails the open at once (the first round of probes, or a later one when the server
@@ -49,15 +49,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...client.credentials import Credentials
+from ...client.endpoints import Address, Endpoint
+from ...client.status import CallError, Status, to_public
+from ...client.tls import check_handshake
+from ...client.transports.base import Transport
+from ...client.workers import JOIN_TIMEOUT_S, Workers
 from ...errors import ModelLoadError, ModelNotFoundError, ServerUnavailableError
 from ..deadlines import call_at
-from ..status import CallError, Status, to_public
-from ..workers import JOIN_TIMEOUT_S, Workers
-from .endpoints import Address, Endpoint
 from .protocol import UNKNOWN_SERVER, ServerInfo
-from .transports.base import Transport
-from .transports.credentials import Credentials
-from .transports.tls import check_handshake
 
 logger = logging.getLogger(__name__)
 

@@ -2,12 +2,13 @@
 
 :class:`Members` holds every :class:`~.health.Server` the spec's endpoints stand for (a name of a headless
 Service stands for every ready pod, ``endpoints.addresses_of``), each with a transport of its own
-(``transports.connect``). Names are resolved again every ``resolve_interval_s`` on the probing thread: an
+(``client.transports.connect``). Names are resolved again every ``resolve_interval_s`` on the probing thread: an
 address that appears is a new server (probed at once), one that is gone is retired. A transport is closed
 once no attempt uses it (``take`` / ``give_back``): a retired server's, or one replaced because its gRPC
 channel kept failing while the server accepted connections (gRPC would wait out its own reconnect backoff).
 
-Which of them takes a request, and their health, is the fleet's (``fleet.py``, a subclass).
+Which of them takes a request, and their health, is the fleet's (``fleet.py``): a fleet has its members, and gives
+them its probe (run on the members' probing thread) and what to do under the lock when servers come or go.
 """
 
 from __future__ import annotations
@@ -15,26 +16,30 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from ...client.endpoints import Address, Endpoint, Resolver, addresses_of, is_name, resolve
+from ...client.status import CallError, to_public
+from ...client.timeouts import CONTROL_TIMEOUT_S
+from ...client.transports import connect
+from ...client.transports.base import Transport, TransportSettings
+from ...client.workers import Workers
 from ...errors import ConfigError, MonaiTritonError
-from ...server.health import CONTROL_TIMEOUT_S
-from ..status import CallError, to_public
-from ..workers import Workers
-from .endpoints import Address, Endpoint, Resolver, addresses_of, is_name, resolve
 from .health import Prober, Server, State
 from .options import RemoteOptions
 from .protocol import STATISTICS
-from .transports import connect
-from .transports.base import Transport, TransportSettings
 
 logger = logging.getLogger(__name__)
 
 
-class Members(ABC):
-    """Every server of one backend's model and its transport; thread-safe (one lock, ``_lock``, for the fleet)."""
+class Members:
+    """Every server of one backend's model and its transport; thread-safe.
+
+    ``lock`` is the fleet's one lock too: ``all`` (every server, retired ones until their last attempt ends) is
+    read and changed under it, and so are the servers' states. ``probe(server)`` runs on the probing thread
+    (``prober``); ``changed()`` runs under the lock after servers were retired.
+    """
 
     def __init__(
         self,
@@ -44,18 +49,21 @@ class Members(ABC):
         workers: Workers,
         options: RemoteOptions,
         *,
+        probe: Callable[[Server], None],
+        changed: Callable[[], None],
         resolver: Resolver = resolve,
     ) -> None:
         self.model = model
         self._origins = tuple(origins)
-        self._settings = settings
+        self.settings = settings
         self._workers = workers
         self._options = options
         self._resolver = resolver
-        self._lock = threading.Lock()
-        self._servers: list[Server] = []
-        self._prober = Prober(f"probe-{model}", self._probe)
-        self._closed = False
+        self._changed = changed
+        self.lock = threading.Lock()
+        self.all: list[Server] = []  # changed in place only
+        self.prober = Prober(f"probe-{model}", probe)
+        self.closed = False
         self._names = any(is_name(o) for o in self._origins)  # resolved again from time to time
         self._resolve_at = 0.0
         self._resolving = False
@@ -64,18 +72,11 @@ class Members(ABC):
                 self._add(address)
         self._resolve_at = time.monotonic() + options.resolve_interval_s
 
-    @abstractmethod
-    def _probe(self, server: Server) -> None:
-        """On the probing thread: the fleet's probe of ``server``."""
-
-    @abstractmethod
-    def _refresh_up(self) -> None:
-        """(under the lock) The fleet's view of which servers are up, after a change."""
-
     @property
     def servers(self) -> list[Server]:
-        with self._lock:
-            return [s for s in self._servers if not s.retired]
+        """The servers not retired."""
+        with self.lock:
+            return [s for s in self.all if not s.retired]
 
     @property
     def label(self) -> str:
@@ -101,15 +102,25 @@ class Members(ABC):
         """Resolve no name again: the fleet stays this one server (its shared memory regions are registered there)."""
         self._names = False
 
+    @property
+    def resolves(self) -> bool:
+        """Whether a name of the spec is resolved again from time to time."""
+        return self._names
+
+    def resolve_if_due(self) -> None:
+        """On the request path: names resolved again on the probing thread, once ``resolve_interval_s`` passed."""
+        if self._names and time.monotonic() >= self._resolve_at:
+            self._resolve_later()
+
     def take(self, server: Server) -> Transport:
         """The server's transport for one attempt; ``give_back(server)`` when the attempt is over."""
-        with self._lock:
+        with self.lock:
             server.in_flight += 1
             return server.transport
 
     def give_back(self, server: Server) -> None:
         """An attempt is over: a retired or replaced transport is closed once no attempt uses it."""
-        with self._lock:
+        with self.lock:
             server.in_flight -= 1
             stale = self._unused_stale(server)
             if server.retired and server.in_flight == 0:
@@ -117,16 +128,17 @@ class Members(ABC):
         for old in stale:
             old.close()
 
-    def _schedule(self, server: Server, delay_s: float) -> None:
-        with self._lock:
-            if not (self._closed or server.retired or server.state is State.EXCLUDED):
-                self._prober.schedule(server, delay_s)
+    def schedule(self, server: Server, delay_s: float) -> None:
+        """A probe of ``server`` in ``delay_s`` (none for a retired or excluded one, or once closed)."""
+        with self.lock:
+            if not (self.closed or server.retired or server.state is State.EXCLUDED):
+                self.prober.schedule(server, delay_s)
 
-    def _reconnect(self, server: Server) -> None:
+    def reconnect(self, server: Server) -> None:
         """A new channel: gRPC keeps failing calls fast until its own reconnect backoff ends, whatever the server.
         (gRPC only: its tensors are binary whatever the server, so nothing learnt at the check is lost.)"""
-        transport = connect(server.address.endpoint, self._settings, self._workers, balanced=server.address.balanced)
-        with self._lock:
+        transport = connect(server.address.endpoint, self.settings, self._workers, balanced=server.address.balanced)
+        with self.lock:
             server.stale.append(server.transport)
             server.transport = transport
             stale = self._unused_stale(server)
@@ -143,25 +155,25 @@ class Members(ABC):
         return stale
 
     def _resolve_later(self) -> None:
-        with self._lock:
-            if self._resolving or self._closed:
+        with self.lock:
+            if self._resolving or self.closed:
                 return
             self._resolving = True
             self._resolve_at = time.monotonic() + self._options.resolve_interval_s
-        self._prober.submit(self._resolve)
+        self.prober.submit(self.resolve)
 
-    def _resolve(self) -> None:
+    def resolve(self) -> None:
         """Resolve every name again: new addresses become NEW servers (probed now), vanished ones are retired."""
         try:
             wanted = {a.key: a for origin in self._origins for a in addresses_of(origin, self._resolver)}
-            with self._lock:
-                have = {s.address.key: s for s in self._servers if not s.retired}
+            with self.lock:
+                have = {s.address.key: s for s in self.all if not s.retired}
                 gone = [s for key, s in have.items() if key not in wanted]
                 for server in gone:
                     server.retired = True
                     server.state = State.EXCLUDED
-                self._refresh_up()
-                self._servers = [s for s in self._servers if not (s.retired and s.in_flight == 0)]
+                self._changed()
+                self.all[:] = [s for s in self.all if not (s.retired and s.in_flight == 0)]
             for server in gone:
                 logger.info("model %r: %s is no longer an address of its name; dropped", self.model, server.label)
                 if server.in_flight == 0:
@@ -170,14 +182,14 @@ class Members(ABC):
                 if key not in have:
                     server = self._add(address)
                     logger.info("model %r: new server %s; checking it", self.model, server.label)
-                    self._schedule(server, 0.0)
+                    self.schedule(server, 0.0)
         finally:
             self._resolving = False
 
     def _add(self, address: Address) -> Server:
-        server = Server(address, connect(address.endpoint, self._settings, self._workers, balanced=address.balanced))
-        with self._lock:
-            self._servers.append(server)
+        server = Server(address, connect(address.endpoint, self.settings, self._workers, balanced=address.balanced))
+        with self.lock:
+            self.all.append(server)
         return server
 
     def statistics(self) -> dict[str, Any]:
@@ -208,16 +220,17 @@ class Members(ABC):
 
     def end_calls(self) -> None:
         """Every server's inference calls still out end now (``Transport.end_calls``); control calls still work."""
-        with self._lock:
-            transports = [t for s in self._servers for t in (s.transport, *s.stale)]
+        with self.lock:
+            transports = [t for s in self.all for t in (s.transport, *s.stale)]
         for transport in transports:
             transport.end_calls()
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            servers, self._servers = list(self._servers), []
-        self._prober.stop()
+        with self.lock:
+            self.closed = True
+            servers = list(self.all)
+            self.all.clear()
+        self.prober.stop()
         for server in servers:
             for transport in [server.transport, *server.stale]:
                 transport.close()

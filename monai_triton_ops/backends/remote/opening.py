@@ -18,10 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...client.endpoints import Endpoint
+from ...client.transports.base import TransportSettings
+from ...client.workers import Workers
 from ...errors import ModelNotFoundError, ServerUnavailableError
 from ...signature import ModelSignature
-from ..workers import Workers
-from .endpoints import Endpoint
 from .exchange import Exchange
 from .fallback import TorchFallback
 from .fleet import Fleet
@@ -29,7 +30,6 @@ from .health import Server
 from .options import RemoteOptions
 from .protocol import UNKNOWN_SERVER, Served
 from .shm.pool import open_pool
-from .transports.base import TransportSettings
 from .volume import describe_volume, missing_volume_model, volume_parameters
 
 
@@ -72,7 +72,7 @@ def open_remote(target: Target, options: RemoteOptions, fallback: TorchFallback 
             describe=(lambda server: _describe_volume(server, target, options)) if volume else None,
         )
         signature = _open_fleet(fleet, target, options, fallback)
-        only = fleet.only_server()
+        only = fleet.members.only_server()
         pool = open_pool(
             only.transport if only is not None else None,
             only.info if only is not None else UNKNOWN_SERVER,
@@ -81,13 +81,13 @@ def open_remote(target: Target, options: RemoteOptions, fallback: TorchFallback 
             max_in_flight=options.max_in_flight,
             model=target.model,
             url=target.url,
-            fleet=fleet.label,
+            fleet=fleet.members.label,
         )
         if pool is not None:
-            fleet.pin()
+            fleet.members.pin()
     except BaseException:
         if fleet is not None:
-            fleet.close()
+            fleet.members.close()
         raise
     version, parameters = "" if target.version is None else str(target.version), {}
     if volume:  # the version asked for is the network's, sent along as a parameter

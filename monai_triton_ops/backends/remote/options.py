@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from ...client.credentials import check_credential_options
 from ...errors import ConfigError
 from ..options import BackendOptions
-from .transports.credentials import check_credential_options
 
 SharedMemory = Literal["auto", "system", "cuda", "none"]
 Compression = Literal["none", "gzip", "deflate"]

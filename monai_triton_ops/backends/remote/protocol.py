@@ -40,12 +40,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from ...client.status import CallError, Status, to_public
+from ...client.transports.base import Transport
 from ...errors import ConfigError
 from ...repository import layout
 from ...repository.config import read_config, signature_from_config
 from ...signature import ModelSignature, TensorSpec
-from ..status import CallError, Status, to_public
-from .transports.base import Transport
 
 logger = logging.getLogger(__name__)
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ...client.timeouts import CONTROL_TIMEOUT_S
 from ...errors import ConfigError, ModelNotFoundError
-from ...repository.volume import WRAP_COMMAND, VolumeSpec, volume_model_name
-from ...server.health import CONTROL_TIMEOUT_S
+from ...repository.volume import volume_model_name
 from ...signature import ModelSignature
+from ...volume_spec import WRAP_COMMAND, VolumeSpec
 from ..requests import Parameter
 from . import health
 from .health import Server

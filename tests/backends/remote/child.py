@@ -85,7 +85,7 @@ def main(mode: str, spec: str, model: str, options: str = "{}") -> int:
         return 0
     if mode == "stuck":
         mine = shm.live_regions()
-        transport = backend._fleet.only_server().transport  # type: ignore[attr-defined]
+        transport = backend._fleet.members.only_server().transport  # type: ignore[attr-defined]
 
         def refuse(name: str, *, timeout_s: float) -> None:
             raise RuntimeError(f"shared memory region '{name}' is currently in use (simulated)")

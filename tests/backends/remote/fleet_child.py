@@ -50,9 +50,9 @@ def main(spec: str, model: str) -> int:
 
 
 def balanced(url: str, model: str) -> int:
-    from monai_triton_ops.backends.remote.endpoints import Endpoint
-    from monai_triton_ops.backends.remote.transports.base import TransportSettings, WireInput, WireOutput
-    from monai_triton_ops.backends.remote.transports.grpc import GrpcTransport
+    from monai_triton_ops.client.endpoints import Endpoint
+    from monai_triton_ops.client.transports.base import TransportSettings, WireInput, WireOutput
+    from monai_triton_ops.client.transports.grpc import GrpcTransport
 
     transport = GrpcTransport(Endpoint.parse(url), TransportSettings(), balanced=True)
     x = np.arange(16, dtype=np.float32)

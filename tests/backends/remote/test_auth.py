@@ -31,7 +31,7 @@ import tritonclient.http as httpclient
 
 from monai_triton_ops import create_backend
 from monai_triton_ops.backends.remote.shm import region as shm
-from monai_triton_ops.backends.remote.transports.base import TransportSettings
+from monai_triton_ops.client.transports.base import TransportSettings
 from monai_triton_ops.errors import ConfigError, MonaiTritonError
 from monai_triton_ops.server import LocalTritonServer, TritonInstall
 
@@ -241,6 +241,29 @@ def test_through_a_proxy_with_a_bearer_token(
     with pytest.raises(ConfigError, match="TLS certificate is not trusted") as info:
         open_backend(url, MODEL, **{**options, "root_certificates": pki.other.pem})
     assert str(pki.other.pem) in str(info.value)
+
+
+@pytest.mark.usefixtures("restore_console")
+def test_repo_check_reaches_a_mutual_tls_server_and_one_behind_a_bearer_token(
+    server: LocalTritonServer, nginx: proxy.Proxy, pki: Pki, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``repo check --server`` speaks through the client layer the backend uses: the same TLS material, token and
+    restricted keys (named, never given) reach the same servers; without them it is refused clearly (exit 2)."""
+    from monai_triton_ops.cli import main
+
+    key = ["--restricted-key", f"{KEY_HEADER}=env:{KEY_ENV}"]
+    ca = ["--root-certificates", str(pki.ca.pem)]
+    certificate = ["--client-certificate", str(pki.client.cert), "--client-key", str(pki.client.key)]
+    token = ["--auth-token", f"env:{TOKEN_ENV}"]
+    for url, given in ((grpcs(server), [*ca, *certificate, *key]), (nginx.https_url, [*ca, *token, *key])):
+        assert main(["repo", "check", "--server", url, *given]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert out[0] == f"server {url}"
+        assert out[2].split()[:3] == [MODEL, "1", "READY"]
+    assert main(["repo", "check", "--server", nginx.https_url, *ca, *key]) == 2
+    assert "refused access" in capsys.readouterr().err
+    assert main(["repo", "check", "--server", grpcs(server), *ca, *key]) == 2
+    assert "client certificate" in capsys.readouterr().err
 
 
 # -- several TLS servers behind one backend (a fleet) ------------------------------------------------

@@ -14,8 +14,8 @@ import pytest
 from tritonclient.utils import InferenceServerException
 
 from monai_triton_ops.backends.remote.options import RemoteOptions
-from monai_triton_ops.backends.remote.transports import credentials
-from monai_triton_ops.backends.remote.transports.credentials import (
+from monai_triton_ops.client import credentials
+from monai_triton_ops.client.credentials import (
     REDACTED,
     HeaderPlugin,
     Secret,
@@ -151,7 +151,7 @@ def test_a_client_key_may_be_in_the_certificate_file(tmp_path: Path) -> None:
 
 
 def test_a_root_certificates_file_without_a_certificate_is_refused(tmp_path: Path) -> None:
-    from monai_triton_ops.backends.remote.transports.tls import client_context
+    from monai_triton_ops.client.tls import client_context
 
     (tmp_path / "ca.pem").write_text("not a certificate\n")
     creds = load_credentials(options(root_certificates=tmp_path / "ca.pem"), {})
@@ -175,11 +175,12 @@ def test_the_janitor_gets_the_clients_material_and_headers_and_shows_none_of_it(
     """What the pool hands the shared-memory janitor (on its pipe): the PEM bytes and every header, values included,
     through one line of text; its repr names the URL only. An HTTPS client certificate loads from a temporary file
     (mkstemp: 0600) that is gone once loaded (ssl reads certificates from files only). Real servers: test_auth.py."""
-    from monai_triton_ops.backends.remote.endpoints import Endpoint
     from monai_triton_ops.backends.remote.shm import janitor
     from monai_triton_ops.backends.remote.shm.pool import janitor_access
-    from monai_triton_ops.backends.remote.transports.base import TransportSettings
-    from monai_triton_ops.backends.remote.transports.grpc import GrpcTransport
+    from monai_triton_ops.client import tls
+    from monai_triton_ops.client.endpoints import Endpoint
+    from monai_triton_ops.client.transports.base import TransportSettings
+    from monai_triton_ops.client.transports.grpc import GrpcTransport
 
     ca = authority(tmp_path, "ca")
     pair = ca.issue(tmp_path, "client", server=False)
@@ -205,15 +206,15 @@ def test_the_janitor_gets_the_clients_material_and_headers_and_shows_none_of_it(
     for hidden in (key, "the-token", "PRIVATE KEY"):
         assert hidden not in repr(access)
     made: list[str] = []
-    real_mkstemp = janitor.tempfile.mkstemp
+    real_mkstemp = tls.tempfile.mkstemp
 
     def mkstemp(**kwargs: Any) -> tuple[int, str]:  # the real one, its file's mode and path noted
         fd, path = real_mkstemp(**kwargs)
         made.append(f"{os.stat(path).st_mode & 0o777:o} {path}")
         return fd, path
 
-    monkeypatch.setattr(janitor.tempfile, "mkstemp", mkstemp)
-    context = janitor._http_context_factory(access)()
+    monkeypatch.setattr(tls.tempfile, "mkstemp", mkstemp)
+    context = tls.http_context_factory(janitor.credentials_of(access))()
     assert context.verify_mode.name == "CERT_REQUIRED"
     assert len(made) == 1
     mode, path = made[0].split(" ", 1)

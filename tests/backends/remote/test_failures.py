@@ -152,7 +152,7 @@ def test_a_grown_slots_old_region_still_in_use_is_unregistered_later(server: Loc
     and left registered after close). A test cannot time that refusal for real, so the first unregister is refused
     here by the transport (simulated, the words 2.51 uses); the old region must still be unregistered by close."""
     backend = create_backend(f"{url(server, scheme)}?shared_memory=system&max_in_flight=1", "ident").open()
-    transport = backend._fleet.only_server().transport  # type: ignore[attr-defined]
+    transport = backend._fleet.members.only_server().transport  # type: ignore[attr-defined]
     unregister, refused = transport.unregister_system_shm, []
 
     def refuse_once(name: str, *, timeout_s: float) -> None:

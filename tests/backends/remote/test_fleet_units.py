@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from monai_triton_ops import create_backend
-from monai_triton_ops.backends.remote.endpoints import Endpoint, addresses_of, is_name, resolve, spec_endpoints
-from monai_triton_ops.backends.remote.transports.grpc import channel_args
+from monai_triton_ops.client.endpoints import Endpoint, addresses_of, is_name, resolve, spec_endpoints
+from monai_triton_ops.client.transports.grpc import channel_args
 from monai_triton_ops.errors import ConfigError, ServerUnavailableError
 
 TWO = {"triton-headless.triton.svc": ["10.0.0.5", "10.0.0.6"], "one.example": ["10.0.0.7"]}

@@ -245,7 +245,7 @@ def test_a_full_dev_shm_is_seen_before_a_region_is_made(
 def test_a_grpc_body_over_the_cap_is_refused_before_it_is_built(
     server: LocalTritonServer, open_backend: Open, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from monai_triton_ops.backends.remote.transports import grpc as grpc_transport
+    from monai_triton_ops.client.transports import grpc as grpc_transport
 
     monkeypatch.setattr(grpc_transport, "MAX_MESSAGE_BYTES", 1 << 20)  # instead of sending a real 1 GB
     backend = open_backend(f"{server.grpc_url}?shared_memory=none", "volume")
@@ -257,7 +257,7 @@ def test_a_result_that_cannot_be_read_fails_its_future_never_hangs(
     server: LocalTritonServer, open_backend: Open, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A mock, for a failure that cannot be caused for real: conversion raising inside gRPC's callback thread."""
-    from monai_triton_ops.backends.remote.transports import grpc as grpc_transport
+    from monai_triton_ops.client.transports import grpc as grpc_transport
 
     backend = open_backend(f"{server.grpc_url}?shared_memory=none", "volume")
 

@@ -126,7 +126,7 @@ def test_submit_never_waits_for_a_shared_memory_registration(
     """A mock, for what cannot be caused for real: a server slow to register a region (the first request of a new
     size grows its slot). ``submit()`` returns at once; the registration runs on a worker, not the caller's thread."""
     backend = open_backend(f"{url(server, scheme)}?shared_memory=system&max_in_flight=1", "ident")
-    transport = backend._fleet.only_server().transport  # type: ignore[attr-defined]
+    transport = backend._fleet.members.only_server().transport  # type: ignore[attr-defined]
     register = transport.register_system_shm
     started, release = threading.Event(), threading.Event()
     threads: list[threading.Thread] = []

@@ -23,10 +23,11 @@ import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import serialize_byte_tensor
 
-from monai_triton_ops.backends.remote.transports.base import Heads, ShmRef, WireInput, WireOutput
-from monai_triton_ops.backends.remote.transports.codec import tensor_bytes
-from monai_triton_ops.backends.remote.transports.grpc_wire import request_head, serialize
-from monai_triton_ops.backends.remote.transports.http_wire import (
+from monai_triton_ops.client.status import CallError, Status
+from monai_triton_ops.client.transports.base import Heads, ShmRef, WireInput, WireOutput
+from monai_triton_ops.client.transports.codec import tensor_bytes
+from monai_triton_ops.client.transports.grpc_wire import request_head, serialize
+from monai_triton_ops.client.transports.http_wire import (
     HEADER_LENGTH,
     JSON_TYPE,
     HttpResult,
@@ -34,7 +35,6 @@ from monai_triton_ops.backends.remote.transports.http_wire import (
     infer_path,
     request_body,
 )
-from monai_triton_ops.backends.status import CallError, Status
 
 
 def _body_inputs(floats: int) -> list[WireInput]:

@@ -19,8 +19,9 @@ Triton's restricted shared-memory protocol or a proxy that wants a token refuses
 retried for ``_GIVE_UP_S`` while the server still holds a region "in use"; then it unlinks the files.
 
 Secrets (a client key, auth headers) travel only on the pipe, which nobody else can read: never on the
-janitor's command line, which ``ps`` shows. A client certificate for HTTPS, which the ``ssl`` module
-takes from a file only, is written to a 0600 temporary file that is deleted right after it is loaded.
+janitor's command line, which ``ps`` shows. The watcher speaks through the client layer's transports
+(``client/``) with what the client sent, its TLS material as PEM bytes (``client/tls.py`` loads a client
+certificate from a 0600 temporary file, deleted right after: the ``ssl`` module takes one from a file only).
 
     python .../backends/remote/shm/janitor.py PID      (stdlib only until it cleans up)
 """
@@ -33,16 +34,17 @@ import json
 import logging
 import os
 import signal
-import ssl
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from monai_triton_ops.client.credentials import Credentials
 
 logger = logging.getLogger(__name__)
 
@@ -165,69 +167,40 @@ janitor = Janitor()
 
 # -- the watcher's side ------------------------------------------------------------------------------
 def _unregister(name: str, access: ServerAccess) -> None:
-    headers = dict(access.headers)
-    if access.scheme in ("grpc", "grpcs"):
-        import tritonclient.grpc as grpcclient
+    """Unregister ``name`` on the server ``access`` reaches, through the client layer's transport (the client's own
+    TLS material and headers); a failure raises (``CallError``).
 
-        client = grpcclient.InferenceServerClient(access.address, creds=_grpc_credentials(access))
+    A transport of its own for each call, closed after it, as a client of its own would be: a connection kept open
+    would hold up the server's shutdown (Triton waits for open HTTP connections). The imports are absolute and here:
+    the watcher runs as a file, not as a module of the package, and waits with the standard library alone."""
+    from monai_triton_ops.client.endpoints import Endpoint
+    from monai_triton_ops.client.transports import connect
+    from monai_triton_ops.client.transports.base import TransportSettings
+    from monai_triton_ops.client.workers import Workers
+
+    workers = Workers("janitor", 1)  # an HTTP client lives on the thread that made it, and closes as it ends
+    try:
+        settings = TransportSettings(credentials=credentials_of(access))
+        transport = connect(Endpoint.parse(access.url), settings, workers)
         try:
-            client.unregister_system_shared_memory(name, headers=headers, client_timeout=_UNREGISTER_TIMEOUT_S)
+            transport.unregister_system_shm(name, timeout_s=_UNREGISTER_TIMEOUT_S)
         finally:
-            client.close()
-        return
-    import tritonclient.http as httpclient
-
-    client = httpclient.InferenceServerClient(
-        access.address,
-        ssl=access.scheme == "https",
-        ssl_context_factory=_http_context_factory(access) if access.scheme == "https" else None,
-        connection_timeout=_UNREGISTER_TIMEOUT_S,
-        network_timeout=_UNREGISTER_TIMEOUT_S,
-    )
-    try:
-        client.unregister_system_shared_memory(name, headers=headers)
+            transport.close()
     finally:
-        client.close()
+        workers.stop(join_timeout_s=_UNREGISTER_TIMEOUT_S)
 
 
-def _grpc_credentials(access: ServerAccess) -> Any:
-    if access.scheme != "grpcs":
-        return None
-    import grpc
+def credentials_of(access: ServerAccess) -> Credentials:
+    """The client layer's ``Credentials`` of what the client sent: its PEM bytes, and its headers as they were sent
+    (each protocol's own names already)."""
+    from monai_triton_ops.client.credentials import Credentials, Secret
 
-    return grpc.ssl_channel_credentials(
+    return Credentials(
         root_certificates=access.root_certificates,
-        private_key=access.client_key,
-        certificate_chain=access.client_chain,
+        client_chain_pem=access.client_chain,
+        client_key_pem=access.client_key,
+        headers=tuple((key, Secret(value, "the client")) for key, value in access.headers),
     )
-
-
-def _http_context_factory(access: ServerAccess) -> Callable[..., ssl.SSLContext]:
-    """The client's CA and certificate for geventhttpclient (as ``transports/tls.py`` gives them)."""
-
-    def make(**_ignored: Any) -> ssl.SSLContext:
-        import gevent.ssl
-
-        context: ssl.SSLContext = gevent.ssl.create_default_context()
-        if access.root_certificates is not None:
-            context.load_verify_locations(cadata=access.root_certificates.decode("ascii"))
-        if access.client_chain is not None:
-            _load_client_pair(context, access.client_chain, access.client_key or b"")
-        return context
-
-    return make
-
-
-def _load_client_pair(context: ssl.SSLContext, chain: bytes, key: bytes) -> None:
-    """``load_cert_chain`` reads files only: a 0600 temporary file, deleted as soon as it is loaded."""
-    fd, path = tempfile.mkstemp(prefix="mto-janitor-", suffix=".pem")
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(chain + b"\n" + key)
-        context.load_cert_chain(certfile=path)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
 
 
 class _Retirer:

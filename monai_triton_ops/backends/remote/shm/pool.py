@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
+from ....client.status import CallError, Status
+from ....client.transports.base import Transport
 from ....errors import BackendUnavailableError, ConfigError
-from ...status import CallError, Status
 from ..protocol import SYSTEM_SHARED_MEMORY, ServerInfo
-from ..transports.base import Transport
 from .janitor import ServerAccess, janitor
 from .region import PAGE, SystemRegion, remove_stale_regions
 

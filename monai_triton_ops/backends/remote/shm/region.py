@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from ....server.environment import pid_exists
+from ....processes import pid_exists
 from .janitor import janitor
 
 logger = logging.getLogger(__name__)

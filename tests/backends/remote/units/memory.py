@@ -1,7 +1,7 @@
 """A stand-in for a Triton server, in memory, behind the real transport interface (``transports/base.py``).
 
 The unit tests of the remote backend's parts (region pool, exchange, fleet) need something on the other side of
-a :class:`~monai_triton_ops.backends.remote.transports.base.Transport` that behaves like a server where the parts
+a :class:`~monai_triton_ops.client.transports.base.Transport` that behaves like a server where the parts
 rely on it, without a ``tritonserver`` process: this is a stand-in for a server, not a server. What it keeps of
 Triton's behaviour, and nothing more:
 
@@ -32,9 +32,9 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as pb
 
 from monai_triton_ops.backends.remote.shm.region import SHM_DIR
-from monai_triton_ops.backends.remote.transports.base import ShmRef, Transport, WireInput, WireOutput, WireResult
-from monai_triton_ops.backends.remote.transports.credentials import Credentials
-from monai_triton_ops.backends.status import CallError, Status
+from monai_triton_ops.client.credentials import Credentials
+from monai_triton_ops.client.status import CallError, Status
+from monai_triton_ops.client.transports.base import ShmRef, Transport, WireInput, WireOutput, WireResult
 from monai_triton_ops.signature import dtype_of, dtype_to_numpy
 
 #: A bound on every wait for the test's thread, never reached when the code under test is right.

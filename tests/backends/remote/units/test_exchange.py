@@ -19,7 +19,7 @@ from monai_triton_ops.backends.base import InferRequest
 from monai_triton_ops.backends.remote.exchange import Exchange
 from monai_triton_ops.backends.remote.shm.pool import RegionPool
 from monai_triton_ops.backends.remote.shm.region import SHM_DIR
-from monai_triton_ops.backends.status import CallError, Status
+from monai_triton_ops.client.status import CallError, Status
 from monai_triton_ops.signature import ModelSignature, TensorSpec
 
 from .memory import MemoryServer, MemoryTransport, Received

@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 
 from monai_triton_ops.backends.remote import members as members_module
-from monai_triton_ops.backends.remote.endpoints import Endpoint
 from monai_triton_ops.backends.remote.fleet import Fleet
 from monai_triton_ops.backends.remote.health import Server, State
 from monai_triton_ops.backends.remote.options import RemoteOptions
 from monai_triton_ops.backends.remote.protocol import Served, ServerInfo
-from monai_triton_ops.backends.remote.transports.base import TransportSettings
-from monai_triton_ops.backends.status import CallError, Status
-from monai_triton_ops.backends.workers import Workers
+from monai_triton_ops.client.endpoints import Endpoint
+from monai_triton_ops.client.status import CallError, Status
+from monai_triton_ops.client.transports.base import TransportSettings
+from monai_triton_ops.client.workers import Workers
 from monai_triton_ops.signature import ModelSignature, TensorSpec
 
 from .memory import MemoryServer, MemoryTransport
@@ -104,7 +104,7 @@ def make_fleet(monkeypatch: pytest.MonkeyPatch) -> Iterator[MakeFleet]:
 
     yield make
     for fleet, workers in made:
-        fleet.close()
+        fleet.members.close()
         workers.stop(join_timeout_s=WAIT_S)
     assert all(t.closed == 1 for t in stand.transports), "a transport was not closed exactly once"
 
@@ -221,7 +221,7 @@ def test_an_old_transport_is_closed_once_the_last_attempt_on_it_is_given_back(ma
         (server,) = fleet.servers
         old = server.transport
         attempts = 4
-        taken = [fleet.take(server) for _ in range(attempts)]
+        taken = [fleet.members.take(server) for _ in range(attempts)]
         assert all(t is old for t in taken)
         assert server.in_flight == attempts
         assert isinstance(old, MemoryTransport)
@@ -235,7 +235,7 @@ def test_an_old_transport_is_closed_once_the_last_attempt_on_it_is_given_back(ma
 
         def give_back() -> None:
             start.wait(WAIT_S)
-            fleet.give_back(server)
+            fleet.members.give_back(server)
 
         threads = [threading.Thread(target=give_back) for _ in range(attempts)]
         for thread in threads:

@@ -18,7 +18,7 @@ from monai_triton_ops.backends.remote.shm import pool as pool_module
 from monai_triton_ops.backends.remote.shm.janitor import janitor
 from monai_triton_ops.backends.remote.shm.pool import PoolExhausted, RegionPool, Slot
 from monai_triton_ops.backends.remote.shm.region import PAGE, SHM_DIR
-from monai_triton_ops.backends.status import CallError, Status
+from monai_triton_ops.client.status import CallError, Status
 
 from .memory import MemoryServer, MemoryTransport
 

@@ -22,8 +22,8 @@ from monai_triton_ops.backends.arrays import ArrayFamily
 from monai_triton_ops.backends.base import InferRequest
 from monai_triton_ops.backends.remote.exchange import Exchange
 from monai_triton_ops.backends.remote.shm.pool import RegionPool
-from monai_triton_ops.backends.remote.transports.base import Heads, ShmRef, WireInput, WireOutput
-from monai_triton_ops.backends.remote.transports.grpc_wire import request_head
+from monai_triton_ops.client.transports.base import Heads, ShmRef, WireInput, WireOutput
+from monai_triton_ops.client.transports.grpc_wire import request_head
 from monai_triton_ops.signature import ModelSignature, TensorSpec
 
 from .memory import MemoryServer, MemoryTransport

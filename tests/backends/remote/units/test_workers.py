@@ -8,8 +8,8 @@ from concurrent.futures import Future
 
 import pytest
 
-from monai_triton_ops.backends.status import CallError, Status
-from monai_triton_ops.backends.workers import Workers
+from monai_triton_ops.client.status import CallError, Status
+from monai_triton_ops.client.workers import Workers
 
 WAIT_S = 30.0  # a bound on waits for another thread, never reached when the code is right
 

@@ -28,8 +28,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-from ....signature import dtype_to_numpy
-from ...status import CallError, Status
+from ..status import CallError, Status
 from .base import ShmRef, WireInput, WireOutput, WireResult, refuse_reserved
 from .codec import decode, tensor_bytes
 
@@ -192,4 +191,6 @@ def _from_json(data: list[Any], datatype: str) -> np.ndarray:
     """A JSON ``data`` list as this package's dtype for ``datatype`` (BF16: the top 16 bits of each float32)."""
     if datatype == "BF16":
         return (np.asarray(data, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    from ...signature import dtype_to_numpy  # here: signature imports torch, which a control call never needs
+
     return np.asarray(data, dtype=dtype_to_numpy(datatype))

@@ -29,7 +29,7 @@ from typing import Any, Protocol, TypeVar, cast
 
 from tritonclient.utils import InferenceServerException
 
-from ....errors import ConfigError
+from ..errors import ConfigError
 
 E = TypeVar("E", bound=BaseException)
 
@@ -165,6 +165,18 @@ class CredentialOptions(Protocol):
     def headers(self) -> tuple[str, ...]: ...
     @property
     def restricted_keys(self) -> tuple[str, ...]: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class CredentialRefs:
+    """The credential options given on their own (a tool's command line): paths, and references to secrets."""
+
+    root_certificates: Path | None = None
+    client_certificate: Path | None = None
+    client_key: Path | None = None
+    auth_token: str | None = None
+    headers: tuple[str, ...] = ()
+    restricted_keys: tuple[str, ...] = ()
 
 
 def check_credential_options(options: CredentialOptions) -> None:

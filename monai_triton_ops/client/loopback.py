@@ -1,4 +1,7 @@
-"""The few HTTP calls the launcher makes to its own server, with ``urllib`` and a timeout on each.
+"""The few HTTP calls the local server's launcher makes to its own server, with ``urllib`` and a timeout on each.
+
+Plain HTTP on loopback only, and stdlib only: the launcher polls a server that is starting up, many times a
+second, from any thread, and needs neither TLS nor credentials nor the transports' gevent clients.
 
 Proxies from the environment are ignored: the server is on loopback, and a proxy would only add a way to
 fail. Every call answers ``None``/``False`` on a connection error instead of raising, because during
@@ -16,10 +19,6 @@ import urllib.request
 from typing import Any
 
 logger = logging.getLogger(__name__)
-
-#: The time a control call to a Triton server (health, repository index, model list) may take, outside a start-up
-#: poll: a server that is up answers at once, so this only bounds the wait on one that hangs.
-CONTROL_TIMEOUT_S = 10.0
 
 _opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 

@@ -23,8 +23,8 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as pb
 from tritonclient.utils import TRITON_RESERVED_REQUEST_PARAMS, TRITON_RESERVED_REQUEST_PARAMS_PREFIX
 
-from ...status import CallError, Status
-from .credentials import CredentialOptions, Credentials, load_credentials
+from ..credentials import CredentialOptions, Credentials, load_credentials
+from ..status import CallError, Status
 
 H = TypeVar("H")
 

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ServerNotFoundError
+from .errors import ServerNotFoundError
 
 logger = logging.getLogger(__name__)
 

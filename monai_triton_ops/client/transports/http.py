@@ -38,9 +38,11 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
-from ...status import CallError, Status, from_http_status, from_os_error
-from ...workers import Made, Workers
+from ..credentials import redact, scrub
 from ..endpoints import Endpoint
+from ..status import CallError, Status, from_http_status, from_os_error
+from ..tls import http_context_factory
+from ..workers import Made, Workers
 from .base import (
     Heads,
     Transport,
@@ -50,9 +52,7 @@ from .base import (
     WireResult,
     refuse_unregister_all,
 )
-from .credentials import redact, scrub
 from .http_wire import HEADER_LENGTH, JSON_TYPE, HttpResult, decoded, infer_path, request_body
-from .tls import http_context_factory
 
 logger = logging.getLogger(__name__)
 

@@ -15,18 +15,21 @@ reached is left to the readiness wait, which says so.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
 import ssl
+import tempfile
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ....errors import ConfigError
+from ..errors import ConfigError
 from .credentials import CredentialOptions, Credentials
 
 if TYPE_CHECKING:
     import grpc
 
-    from ..endpoints import Endpoint
+    from .endpoints import Endpoint
 
 #: TLS alerts by which a server refuses the client's certificate, or asks for one it did not get.
 _CLIENT_REFUSED = frozenset(
@@ -88,6 +91,8 @@ def client_context(credentials: Credentials, protocol: str) -> ssl.SSLContext:
 def _load(context: ssl.SSLContext, credentials: Credentials) -> None:
     if credentials.root_certificates is not None:
         context.load_verify_locations(cadata=_text(credentials, "root_certificates"))
+    if credentials.client_certificate is None and credentials.client_chain_pem is not None:
+        _load_client_pair(context, credentials.client_chain_pem, credentials.client_key_pem or b"")
     if credentials.client_certificate is not None:
         try:
             context.load_cert_chain(certfile=credentials.client_certificate, keyfile=credentials.client_key)
@@ -96,6 +101,19 @@ def _load(context: ssl.SSLContext, credentials: Credentials) -> None:
                 f"client_certificate {str(credentials.client_certificate)!r} and client_key "
                 f"{str(credentials.client_key)!r} are not a certificate and its private key ({exc.reason or exc})"
             ) from None
+
+
+def _load_client_pair(context: ssl.SSLContext, chain: bytes, key: bytes) -> None:
+    """A client certificate given as PEM bytes only (the shm janitor gets them on its pipe, not as files):
+    ``load_cert_chain`` reads files only, so a 0600 temporary file, deleted as soon as it is loaded."""
+    fd, path = tempfile.mkstemp(prefix="mto-client-", suffix=".pem")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(chain + b"\n" + key)
+        context.load_cert_chain(certfile=path)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def _text(credentials: Credentials, option: str) -> str:

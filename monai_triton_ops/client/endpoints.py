@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from ...errors import ConfigError
+from ..errors import ConfigError
 
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
@@ -106,6 +106,25 @@ def addresses_of(origin: Endpoint, resolver: Resolver = resolve) -> list[Address
         Address(origin, Endpoint.parse(f"{origin.scheme}://{_bracketed(h)}:{origin.port}"), f"{origin.url} ({h})")
         for h in hosts
     ]
+
+
+#: The schemes a server URL may have.
+SCHEMES = ("grpc", "grpcs", "http", "https")
+
+
+def server_endpoint(url: str) -> Endpoint:
+    """One server's URL as a tool takes it: ``grpc://``, ``grpcs://``, ``http://``, ``https://HOST:PORT``, or a bare
+    ``HOST:PORT`` (HTTP, as the App SDK's ``-t``/``TRITON_SERVER_NETLOC``); ``ConfigError`` for anything else."""
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme not in SCHEMES or not parts.hostname or port is None or parts.path not in ("", "/"):
+        raise ConfigError(
+            f"server URL {url!r}: expected grpc://HOST:PORT, grpcs://, http://HOST:PORT, https:// or HOST:PORT"
+        )
+    return Endpoint.parse(f"{parts.scheme}://{parts.netloc}")
 
 
 def spec_endpoints(urls: Sequence[str], servers: Sequence[str]) -> tuple[Endpoint, ...]:

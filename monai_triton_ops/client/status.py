@@ -4,9 +4,9 @@ The in-process ``triton`` backend (Triton's error codes through the binding), ``
 codes) and ``http://`` (HTTP statuses) talk to the same server, so the same failure must raise the same
 class of ``errors.py`` on each. Every foreign code is first read into one :class:`Status`, by code (never by
 message text, with the one exception below), and :func:`to_public` makes the error the caller sees. The
-table lives here, beside the backends that use it, and imports neither the binding nor ``tritonclient``:
+table lives in the client layer, below the backends that use it, and imports neither the binding nor ``tritonclient``:
 callers pass the code as they got it (a Triton code's name, a gRPC status name, an HTTP status number).
-Each remote transport reads its wire's codes through it in one context manager (``remote/transports/``).
+Each transport reads its wire's codes through it in one context manager (``client/transports/``).
 
     Status            Triton code          gRPC status                    HTTP          -> raised as
     UNAVAILABLE       UNAVAILABLE          UNAVAILABLE                    429 502 503   -> ServerUnavailableError
@@ -14,7 +14,8 @@ Each remote transport reads its wire's codes through it in one context manager (
     DEADLINE          -                    DEADLINE_EXCEEDED              408 504       -> InferenceTimeoutError
     NOT_FOUND         NOT_FOUND            NOT_FOUND                      404           -> ModelNotFoundError
     INVALID_ARGUMENT  INVALID_ARG          INVALID_ARGUMENT, OUT_OF_RANGE,
-                                           FAILED_PRECONDITION            400           -> InputValidationError
+                                           FAILED_PRECONDITION            400, any      -> InputValidationError
+                                                                          other 4xx
     UNSUPPORTED       UNSUPPORTED          UNIMPLEMENTED                  501           -> ConfigError
     PERMISSION        -                    UNAUTHENTICATED,
                                            PERMISSION_DENIED              401 403       -> ConfigError
@@ -22,6 +23,11 @@ Each remote transport reads its wire's codes through it in one context manager (
     ALREADY_EXISTS    ALREADY_EXISTS       ALREADY_EXISTS                 409           -> InferenceError
     CANCELLED         CANCELLED            CANCELLED                      -             -> InferenceError
     INTERNAL          INTERNAL, UNKNOWN    every other code               every other   -> ServerInternalError
+                                                                          5xx
+
+An HTTP client error the table has no row for (MLServer answers a body it cannot read with 422 "Field
+required"; a proxy may answer 405 or 411) is the request's fault, not the server's: ``INVALID_ARGUMENT``, so the
+CLI exits 2 (bad input), not 4 (the server failed). Only a status of 500 and up is the server's own failure.
 
 Triton's HTTP frontend folds ``UNKNOWN``, ``ALREADY_EXISTS`` and ``CANCELLED`` into 400 (``HttpCodeFromError``
 in the server's ``http_server.cc``), so over HTTP those three read as ``INVALID_ARGUMENT``; :data:`TRITON_WIRE`
@@ -126,7 +132,8 @@ GRPC: Mapping[str, Status] = MappingProxyType(
         "CANCELLED": Status.CANCELLED,
     }
 )
-#: HTTP statuses -> status; any other error status is ``INTERNAL`` (a server-side failure).
+#: HTTP statuses -> status; any other 4xx is ``INVALID_ARGUMENT`` (the request's fault), any other status
+#: ``INTERNAL`` (a server-side failure).
 HTTP: Mapping[int, Status] = MappingProxyType(
     {
         400: Status.INVALID_ARGUMENT,
@@ -190,12 +197,14 @@ def from_grpc_status(code: str | None, message: str) -> CallError:
 
 
 def from_http_status(code: str | int | None, message: str) -> CallError:
-    """``code`` as tritonclient gives it (``"404"``); anything not listed is a server-side failure."""
+    """``code`` as tritonclient gives it (``"404"``); an unlisted 4xx is the caller's bad request, anything else
+    unlisted a server-side failure."""
     try:
         number = int(code) if code is not None else 500
     except ValueError:
         number = 500
-    return _refined(HTTP.get(number, Status.INTERNAL), message)
+    unlisted = Status.INVALID_ARGUMENT if 400 <= number < 500 else Status.INTERNAL
+    return _refined(HTTP.get(number, unlisted), message)
 
 
 def from_os_error(exc: OSError) -> CallError:
@@ -215,7 +224,11 @@ def _refined(status: Status, message: str) -> CallError:
 
 def to_public(error: CallError, *, model: str, url: str, waited_s: float | None = None) -> MonaiTritonError:
     """The error the caller sees for ``error``: the table's class, naming the model and the server (``url``)."""
-    where = f"model {model!r} on {url}"
+    return public_error(error, f"model {model!r} on {url}", waited_s=waited_s)
+
+
+def public_error(error: CallError, where: str, *, waited_s: float | None = None) -> MonaiTritonError:
+    """The table's class for ``error``, its message beginning with ``where`` (what was asked of which server)."""
     cls = ERROR_CLASSES[error.status]
     return cls(f"{where}: {_explained(error, waited_s)}")
 

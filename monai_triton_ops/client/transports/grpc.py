@@ -45,8 +45,10 @@ from google.protobuf.message import Message
 from tritonclient.grpc import model_config_pb2 as pb
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from ...status import CallError, Status, from_grpc_status
+from ..credentials import redact, scrub
 from ..endpoints import Endpoint
+from ..status import CallError, Status, from_grpc_status
+from ..tls import grpc_channel_credentials
 from .base import (
     Heads,
     Transport,
@@ -57,9 +59,7 @@ from .base import (
     refuse_unregister_all,
 )
 from .codec import decode, tensor_bytes
-from .credentials import redact, scrub
 from .grpc_wire import MODEL_INFER, request_head, serialize
-from .tls import grpc_channel_credentials
 
 logger = logging.getLogger(__name__)
 

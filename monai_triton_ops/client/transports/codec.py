@@ -1,12 +1,13 @@
-"""The one tensor codec of the remote backend: a caller's array as the wire takes it, and wire bytes as numpy.
+"""The one tensor codec of the transports: an array as the wire takes it, and wire bytes as numpy.
 
 The Open Inference Protocol carries a tensor as ``datatype``, ``shape`` and raw little-endian bytes in row-major
 order (``raw_input_contents`` / ``raw_output_contents`` over gRPC, the binary tensor extension over HTTP; a
-BYTES element is a 4-byte length and its bytes). Inputs go out as C-contiguous numpy arrays (``to_numpy``: a
-request body is joined from the flat byte view :func:`tensor_bytes` gives of one, ``grpc_wire.py`` and
-``http_wire.py``, and a shared memory slot copies from one); outputs come back as raw bytes in a response body
-and are read with this package's one dtype table (``signature.dtype_to_numpy``: ``BF16`` as raw 16-bit words,
-numpy having no bfloat16) by :func:`decode` (a slot's outputs are views with the same table, ``exchange.py``).
+BYTES element is a 4-byte length and its bytes). Inputs come as C-contiguous numpy arrays (the remote backend
+makes them with ``backends/arrays.py``'s ``to_numpy``): a request body is joined from the flat byte view
+:func:`tensor_bytes` gives of one (``grpc_wire.py``, ``http_wire.py``), and a shared memory slot copies from one.
+Outputs come back as raw bytes in a response body and are read with this package's one dtype table
+(``signature.dtype_to_numpy``: ``BF16`` as raw 16-bit words, numpy having no bfloat16) by :func:`decode` (a
+slot's outputs are views with the same table, ``backends/remote/exchange.py``).
 """
 
 from __future__ import annotations
@@ -14,24 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import torch
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor
-
-from ....signature import dtype_to_numpy
-
-
-def to_numpy(value: Any) -> np.ndarray:
-    """A C-contiguous numpy array of a caller's input (torch on any device, numpy, or a MetaTensor)."""
-    if isinstance(value, torch.Tensor):
-        tensor = value.detach()
-        if type(tensor) is not torch.Tensor:
-            tensor = tensor.as_subclass(torch.Tensor)
-        if tensor.device.type != "cpu":
-            tensor = tensor.cpu()
-        if tensor.dtype == torch.bfloat16:
-            tensor = tensor.view(torch.uint16)
-        return np.ascontiguousarray(tensor.numpy())
-    return np.ascontiguousarray(value)
 
 
 def tensor_bytes(array: np.ndarray, datatype: str) -> Any:
@@ -49,4 +33,6 @@ def decode(data: Any, datatype: str, shape: tuple[int, ...]) -> np.ndarray:
     if datatype == "BYTES":
         values = deserialize_bytes_tensor(data) if data else np.empty(0, dtype=np.object_)
         return np.asarray(values).reshape(shape)
+    from ...signature import dtype_to_numpy  # here: signature imports torch, which a control call never needs
+
     return np.frombuffer(data, dtype=dtype_to_numpy(datatype)).reshape(shape)

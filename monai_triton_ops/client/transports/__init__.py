@@ -17,9 +17,9 @@ Each transport turns its libraries' exceptions into a ``status.CallError`` in on
 
 from __future__ import annotations
 
-from ....errors import BackendUnavailableError
-from ...workers import Workers
+from ...errors import BackendUnavailableError
 from ..endpoints import Endpoint
+from ..workers import Workers
 from .base import Transport, TransportSettings
 
 
