@@ -130,22 +130,10 @@ class InferenceOperator(SdkInferenceOperator):
         self._factory = backend if callable(backend) else None
         self._choose_backend(None if callable(backend) else backend, app_context, backend_options or {})
         repository = app_context.model_path if app_context is not None and app_context.model_path else model_path
-        self._bundle: BundleRun | None = None
-        if bundle:  # the bundle says where its network is; the app's -m may be the bundle itself
-            self._bundle = BundleRun(
-                bundle,
-                model_name=self.model_name,
-                app_context=app_context,
-                backend_spec=self.backend_spec,
-                backend_options=self.backend_options,
-            )
-            if self._bundle.model_name != self.model_name:  # named by the bundle: its own backend, if it has one
-                self.model_name = self._bundle.model_name
-                self._choose_backend(None if callable(backend) else backend, app_context, backend_options or {})
-                self._bundle.backend_spec, self._bundle.backend_options = self.backend_spec, dict(self.backend_options)
-        elif not self.model_name:
+        self._bundle = self._bundle_run(bundle, backend, app_context, backend_options) if bundle else None
+        if not bundle and not self.model_name:
             raise ConfigError("InferenceOperator needs model_name= (the model's folder name in the repository)")
-        elif repository:
+        if not bundle and repository:
             self.backend_options.setdefault("model_repository", repository_of(repository, self.model_name))
         self._given_settings = settings
         self.settings_overrides = overrides
@@ -167,6 +155,30 @@ class InferenceOperator(SdkInferenceOperator):
         self._interrupt_key: int | None = None
         self._lock = threading.Lock()
         super().__init__(fragment, *args, **kwargs)  # Holoscan calls setup() from here
+
+    def _bundle_run(
+        self,
+        bundle: Mapping[str, Any],
+        backend: str | BackendFactory | None,
+        app_context: AppContext | None,
+        backend_options: Mapping[str, Any] | None,
+    ) -> BundleRun:
+        """The bundle's run; the bundle says where its network is (the app's -m may be the bundle itself).
+
+        A bundle that names its model (no ``model_name=`` given) gets that model's own deploy-time backend.
+        """
+        run = BundleRun(
+            bundle,
+            model_name=self.model_name,
+            app_context=app_context,
+            backend_spec=self.backend_spec,
+            backend_options=self.backend_options,
+        )
+        if run.model_name != self.model_name:
+            self.model_name = run.model_name
+            self._choose_backend(None if callable(backend) else backend, app_context, backend_options or {})
+            run.backend_spec, run.backend_options = self.backend_spec, dict(self.backend_options)
+        return run
 
     def _choose_backend(self, backend: str | None, app_context: AppContext | None, code: Mapping[str, Any]) -> None:
         """This model's backend spec and options: deploy-time (its ``NAME=SPEC``, else the app's) over the code's."""
