@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from monai.bundle import ConfigParser
@@ -131,9 +132,22 @@ def load_config(source: BundleSource, config_names: Sequence[str] = DEFAULT_CONF
 
 
 def _importable(root: str) -> None:
-    """Put the bundle folder on ``sys.path`` (its ``scripts`` package), as the App SDK operator does."""
-    if root not in sys.path:
-        sys.path.insert(0, root)
+    """Put the bundle folder first on ``sys.path`` (its ``scripts`` package), as the App SDK operator does.
+
+    Every zoo bundle calls its package ``scripts``: one imported from another bundle's folder is forgotten
+    (``sys.modules``), so this bundle's configs find their own classes; what was built from the other stays as built.
+    """
+    if root in sys.path:
+        sys.path.remove(root)
+    sys.path.insert(0, root)
+    loaded = sys.modules.get("scripts")
+    if loaded is None:
+        return
+    places = [*getattr(loaded, "__path__", []), getattr(loaded, "__file__", None) or ""]
+    mine = Path(root, "scripts").resolve()
+    if not any(place and Path(place).resolve().is_relative_to(mine) for place in places):
+        for name in [m for m in sys.modules if m == "scripts" or m.startswith("scripts.")]:
+            del sys.modules[name]
 
 
 def _cause(exc: BaseException) -> str:

@@ -8,7 +8,10 @@ insertion order, sequence items in order: the runner's ``flatten_result``), each
 
     "pred"                                                   a tensor
     {"tuple": ["pred_0", "pred_1"]}                          a tuple (or "list") of tensors
-    {"dict": {"classification": {"list": ["classification_0", ...]}, "box_regression": {...}}}
+    {"dict": [["classification", {"list": ["classification_0", ...]}], ["box_regression", {...}]]}
+
+(a dict as ``[key, layout]`` pairs: ``config.pbtxt`` writes the metadata with its keys sorted, the pairs keep
+the network's key order).
 
 The layout travels in the model's MONAI metadata (``LAYOUT_KEY``), so every backend's client (the
 TorchScript file's extra files, ``config.pbtxt``'s ``monai_metadata`` parameter, a remote server's model
@@ -29,7 +32,7 @@ from ..signature import TENSOR_NAME
 #: Where the layout is kept in the model's MONAI metadata.
 LAYOUT_KEY = "triton_output_layout"
 
-#: A layout: a tensor name, or ``{"dict": {key: layout}}`` / ``{"list": [...]}`` / ``{"tuple": [...]}``.
+#: A layout: a tensor name, or ``{"dict": [[key, layout], ...]}`` / ``{"list": [...]}`` / ``{"tuple": [...]}``.
 Layout = Any
 
 
@@ -47,7 +50,7 @@ def _layout(result: Any, prefix: str, taken: set[str]) -> Layout:
     if isinstance(result, torch.Tensor):
         return _unique(_clean(prefix), taken)
     if isinstance(result, Mapping):
-        return {"dict": {str(k): _layout(v, str(k), taken) for k, v in result.items()}}
+        return {"dict": [[str(k), _layout(v, str(k), taken)] for k, v in result.items()]}
     if isinstance(result, tuple | list):
         kind = type(result).__name__
         return {kind: [_layout(v, f"{prefix}_{i}", taken) for i, v in enumerate(result)]}
@@ -59,7 +62,7 @@ def tensor_names(layout: Layout) -> list[str]:
     if isinstance(layout, str):
         return [layout]
     kind, content = _node(layout)
-    values = content.values() if kind == "dict" else content
+    values = [value for _, value in content] if kind == "dict" else content
     return [name for value in values for name in tensor_names(value)]
 
 
@@ -71,7 +74,7 @@ def rebuild(layout: Layout, tensors: Mapping[str, Any], wrap: Callable[[Any], An
         return wrap(tensors[layout])
     kind, content = _node(layout)
     if kind == "dict":
-        return {key: rebuild(value, tensors, wrap) for key, value in content.items()}
+        return {key: rebuild(value, tensors, wrap) for key, value in content}
     items = [rebuild(value, tensors, wrap) for value in content]
     return tuple(items) if kind == "tuple" else items
 
@@ -93,11 +96,15 @@ def _node(layout: Any) -> tuple[str, Any]:
     if not isinstance(layout, Mapping) or len(layout) != 1:
         raise ConfigError(f"layout node {layout!r} must be a name or one of dict/list/tuple")
     kind, content = next(iter(layout.items()))
-    if kind == "dict" and isinstance(content, Mapping):
+    if kind == "dict" and isinstance(content, list) and all(_pair(item) for item in content):
         return kind, content
     if kind in ("list", "tuple") and isinstance(content, list):
         return kind, content
     raise ConfigError(f"layout node {layout!r} must be a name or one of dict/list/tuple")
+
+
+def _pair(item: Any) -> bool:
+    return isinstance(item, list | tuple) and len(item) == 2 and isinstance(item[0], str)
 
 
 def _clean(name: str) -> str:
