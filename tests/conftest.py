@@ -196,6 +196,8 @@ LONGEST_FIRST = (
     "tests/operators/test_bundle.py",
     # the classification app's runs: PNGs, an unreadable PNG, the breast density app migrated (~30 s alone)
     "tests/apps/test_bundle_classify.py",
+    # detection and multi-head bundles against MONAI alone: in-process Triton and a tritonserver (~65 s alone)
+    "tests/operators/test_bundle_kinds.py",
 )
 
 

@@ -9,6 +9,7 @@ the item came from and the item: a user sees which line of which config to fix.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -92,7 +93,25 @@ class BundleConfig:
         except BundleError:
             raise
         except Exception as exc:  # MONAI raises anything a config's code raises
-            raise BundleError(_cause(exc), file=self.file_of(item), item=item) from exc
+            cause = _cause(exc)
+            script = self._script_of(cause)
+            if script is not None:  # the bundle's own code does not import: name its file
+                raise BundleError(
+                    f"cannot be imported (needed by {self.file_of(item)}): {cause.split(' - ', 1)[-1]}",
+                    file=script,
+                    item=item,
+                ) from exc
+            raise BundleError(cause, file=self.file_of(item), item=item) from exc
+
+    def _script_of(self, cause: str) -> str | None:
+        """The bundle's ``scripts/`` file a MONAI "problem in scripts.x" message is about, if it is one."""
+        found = re.search(r"problem in (scripts(?:\.\w+)*)", cause)
+        root = self.source.root
+        if found is None or root is None:
+            return None
+        module = Path(root, *found.group(1).split("."))
+        candidates = (module.with_suffix(".py"), module / "__init__.py")
+        return str(next((c for c in candidates if c.is_file()), module))
 
     @property
     def inputs(self) -> dict[str, dict[str, Any]]:

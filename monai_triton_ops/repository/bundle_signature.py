@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -58,6 +59,7 @@ def served_metadata(
         logger.warning("bundle %s: %s implies no input shape to run the network on", bundle.label, item)
         return meta, bundle.output_names
     first, second = runs[0], runs[-1]
+    _check_heads(bundle, first)
     layout = layout_of(first, bundle.output_names)
     if isinstance(layout, str):  # one tensor: the bundle's own description of it
         return meta, bundle.output_names
@@ -66,6 +68,21 @@ def served_metadata(
     logger.info("bundle %s: the network returns %d tensors, served as %s", bundle.label, len(tensor_names(layout)),
                 tensor_names(layout))  # fmt: skip
     return meta, tensor_names(layout)
+
+
+def _check_heads(bundle: Bundle, result: Any) -> None:
+    """A bundle whose outputs are named after the network's heads (the zoo's HoVerNet) must name only heads the
+    network returns: a head missing from its result would leave the post-processing without it."""
+    if not isinstance(result, Mapping):
+        return
+    heads, declared = [str(key) for key in result], bundle.output_names
+    missing = [name for name in declared if name not in heads]
+    if missing and len(missing) < len(declared):
+        raise BundleError(
+            f"names outputs {declared}, but the network returns the heads {heads}: {missing} missing from its result",
+            file=bundle.config.metadata_file.label,
+            item=f"network_data_format#outputs#{missing[0]}",
+        )
 
 
 def _parameter_dtype(module: torch.nn.Module) -> torch.dtype | None:

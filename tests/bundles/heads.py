@@ -5,7 +5,8 @@ Shaped like the zoo's multi-head bundles (``pathology_nuclei_segmentation_classi
 ``{"seg": logits, "dist": map}``; MONAI's ``SlidingWindowInferer`` stitches both; the post-processing flattens the
 prediction's heads (``FlattenSubKeysd`` on ``pred``, as MONAI's engines hand a dict prediction on), then softmax
 and argmax on ``seg``. The config also runs the bundle with MONAI alone (``monai.bundle.ConfigWorkflow``: items
-``input_file``, ``initialize``, ``run``): the reference.
+``input_file``, ``initialize``, ``run``): the reference. ``detection_maker()`` loads the detection bundle's maker
+(``apps/bundle_detect/make_bundle.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 import torch
 
 NAME = "tiny_two_heads"
+ROOT = Path(__file__).resolve().parents[2]
 
 HEADS = '''"""A small 3D network with two heads: class logits and a distance-like map."""
 
@@ -155,3 +157,16 @@ def run_with_monai(bundle: Path, input_file: Path) -> dict[str, Any]:
         return dict(workflow.parser.get_parsed_content("result"))
     finally:
         sys.path.remove(str(bundle))
+
+
+def detection_maker() -> Any:
+    """``apps/bundle_detect/make_bundle.py`` (the app's and the demo's detection bundle), loaded by path."""
+    import importlib.util
+
+    path = ROOT / "apps" / "bundle_detect" / "make_bundle.py"
+    spec = importlib.util.spec_from_file_location("bundle_detect_maker", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

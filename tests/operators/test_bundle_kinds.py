@@ -14,7 +14,6 @@ same count) and scores within 1e-4.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,25 +32,13 @@ from monai_triton_ops.repository.bundle import build_bundle, describe_bundle
 from monai_triton_ops.server import LocalTritonServer, find_tritonserver
 from monai_triton_ops.server.discovery import find_triton_library
 
-from ..bundles.heads import heads_bundle, run_with_monai, volume
+from ..bundles.heads import detection_maker, heads_bundle, run_with_monai, volume
 
-ROOT = Path(__file__).resolve().parents[2]
 KEYS = ("heads", "detect")
 OUTPUTS: dict[str, list[Any]] = {
     "heads": [IOMapping("seg", np.ndarray, IOType.IN_MEMORY), IOMapping("dist", np.ndarray, IOType.IN_MEMORY)],
     "detect": [IOMapping("pred", dict, IOType.IN_MEMORY)],
 }
-
-
-def detection_maker() -> Any:
-    """``apps/bundle_detect/make_bundle.py`` (the demo's and the app's bundle), loaded by path."""
-    path = ROOT / "apps" / "bundle_detect" / "make_bundle.py"
-    spec = importlib.util.spec_from_file_location("bundle_detect_maker", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class Ports:
