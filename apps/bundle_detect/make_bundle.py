@@ -35,7 +35,7 @@ from monai.networks.nets.resnet import ResNet
 
 
 class ResNetFPN(torch.nn.Module):
-    """The ResNet's stem and first layers; the FPN over the layers named in ``returned_layers``, plus one pooled level."""
+    """The ResNet stem and first layers; an FPN over the ``returned_layers`` plus one pooled level."""
 
     def __init__(self, backbone: ResNet, returned_layers=(1, 2), out_channels: int = 8, spatial_dims: int = 3):
         super().__init__()
