@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 from monai.data import decollate_batch
-from monai.utils import CommonKeys, ensure_tuple, first
+from monai.utils import CommonKeys, ensure_tuple
 
 from ..errors import BundleError, MonaiTritonError
 from .network import MetaNetwork
@@ -87,12 +87,13 @@ def _post(bundle: Bundle, outputs: Any, inputs: dict[str, Any]) -> Any:
     prediction = decollate_batch(outputs, detach=False)[0] if heads else ensure_tuple(outputs)[0]
     if not is_map_compose(bundle.post):
         return bundle.post(prediction)
+    item: dict[str, Any]
     if heads:
-        item = {CommonKeys.PRED: prediction}
+        item = {str(CommonKeys.PRED): prediction}
     elif isinstance(prediction, Mapping):
         item = dict(prediction)
     else:
-        item = {first(bundle.output_names): prediction}
+        item = {bundle.output_names[0]: prediction}
     item.update(inputs)
     return bundle.post(item)
 
