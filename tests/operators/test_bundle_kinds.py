@@ -28,7 +28,7 @@ from monai.deploy.operators.monai_bundle_inference_operator import IOMapping
 from monai_triton_ops import InferenceOperator
 from monai_triton_ops.errors import MonaiTritonError, ServerNotFoundError
 from monai_triton_ops.operators.nifti import read_nifti
-from monai_triton_ops.repository.bundle import build_bundle, describe_bundle
+from monai_triton_ops.repository.bundle import build_bundle, check_bundle, describe_bundle
 from monai_triton_ops.server import LocalTritonServer, find_tritonserver
 from monai_triton_ops.server.discovery import find_triton_library
 
@@ -156,6 +156,7 @@ def test_repo_describe_lists_every_head_with_dynamic_dims(made: dict, caplog: py
     assert [o.shape for o in signature.outputs] == [(-1, 3, -1, -1, -1)] * 3 + [(-1, 18, -1, -1, -1)] * 3
     assert signature.inputs[0].dtype == "FP32"
     assert "declares input 'image' as float16; the network takes torch.float32" in caplog.text
+    assert check_bundle(made["detect"][0]).problems == ()  # repo check: built and run as a run builds it
     heads = describe_bundle(made["heads"][0]).signature
     assert list(heads.output_names) == ["seg", "dist"]
     assert [o.shape for o in heads.outputs] == [(-1, 3, -1, -1, -1), (-1, 1, -1, -1, -1)]
