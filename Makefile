@@ -57,6 +57,7 @@ $(KSERVE_VENV)/.installed:
 demo: setup
 	$(PY) apps/brain_tissue_seg/demo.py
 	$(PY) apps/bundle_classify/demo.py
+	$(PY) apps/bundle_detect/demo.py
 
 # Docker with buildx if a daemon answers, else buildah (installed from Debian's packages when missing, as root);
 # the Debian base is made once with mmdebstrap and cached (~/.cache/monai-triton).

@@ -10,8 +10,10 @@ median per image in seconds and the ratio to the App SDK operator, and checks th
 
     .venv/bin/python benchmarks/bench_bundle.py [--rounds 10] [--size 96 96 64] [--channels 8 16 32]
     .venv/bin/python benchmarks/bench_bundle.py --kind classification [--rounds 10] [--image-size 224]
+    .venv/bin/python benchmarks/bench_bundle.py --kind detection [--rounds 10]
 
-``--kind classification``: a 2D classification bundle against the bundle run by MONAI alone (``bench_classify.py``).
+``--kind classification``: a 2D classification bundle against the bundle run by MONAI alone (``bench_classify.py``);
+``--kind detection``: a RetinaNet detection bundle against the bundle run by MONAI alone (``bench_detect.py``).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--size", type=int, nargs=3, default=[96, 96, 64], metavar=("D", "H", "W"))
     parser.add_argument("--channels", type=int, nargs="+", default=[8, 16, 32])
     parser.add_argument("--roi", type=int, default=48, help="sliding-window size (cubic)")
-    parser.add_argument("--kind", choices=["segmentation", "classification"], default="segmentation")
+    parser.add_argument("--kind", choices=["segmentation", "classification", "detection"], default="segmentation")
     parser.add_argument("--image-size", type=int, default=224, help="classification: the network's input size")
     return parser.parse_args()
 
@@ -75,6 +77,11 @@ def main() -> None:
         from benchmarks.bench_classify import main as classification
 
         classification(args)
+        return
+    if args.kind == "detection":
+        from benchmarks.bench_detect import main as detection
+
+        detection(args)
         return
     folder = Path(tempfile.mkdtemp(prefix="bench-bundle-"))
     os.environ.setdefault("MONAI_TRITON_CACHE", str(folder / "cache"))

@@ -196,6 +196,10 @@ LONGEST_FIRST = (
     "tests/operators/test_bundle.py",
     # the classification app's runs: PNGs, an unreadable PNG, the breast density app migrated (~30 s alone)
     "tests/apps/test_bundle_classify.py",
+    # detection and multi-head bundles against MONAI alone: in-process Triton and a tritonserver (~65 s alone)
+    "tests/operators/test_bundle_kinds.py",
+    # the detection app's runs: NIfTI against MONAI alone, DICOM from a built repository (~20 s alone)
+    "tests/apps/test_bundle_detect.py",
 )
 
 

@@ -9,9 +9,11 @@ the item came from and the item: a user sees which line of which config to fix.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from monai.bundle import ConfigParser
@@ -91,7 +93,25 @@ class BundleConfig:
         except BundleError:
             raise
         except Exception as exc:  # MONAI raises anything a config's code raises
-            raise BundleError(_cause(exc), file=self.file_of(item), item=item) from exc
+            cause = _cause(exc)
+            script = self._script_of(cause)
+            if script is not None:  # the bundle's own code does not import: name its file
+                raise BundleError(
+                    f"cannot be imported (needed by {self.file_of(item)}): {cause.split(' - ', 1)[-1]}",
+                    file=script,
+                    item=item,
+                ) from exc
+            raise BundleError(cause, file=self.file_of(item), item=item) from exc
+
+    def _script_of(self, cause: str) -> str | None:
+        """The bundle's ``scripts/`` file a MONAI "problem in scripts.x" message is about, if it is one."""
+        found = re.search(r"problem in (scripts(?:\.\w+)*)", cause)
+        root = self.source.root
+        if found is None or root is None:
+            return None
+        module = Path(root, *found.group(1).split("."))
+        candidates = (module.with_suffix(".py"), module / "__init__.py")
+        return str(next((c for c in candidates if c.is_file()), module))
 
     @property
     def inputs(self) -> dict[str, dict[str, Any]]:
@@ -131,9 +151,22 @@ def load_config(source: BundleSource, config_names: Sequence[str] = DEFAULT_CONF
 
 
 def _importable(root: str) -> None:
-    """Put the bundle folder on ``sys.path`` (its ``scripts`` package), as the App SDK operator does."""
-    if root not in sys.path:
-        sys.path.insert(0, root)
+    """Put the bundle folder first on ``sys.path`` (its ``scripts`` package), as the App SDK operator does.
+
+    Every zoo bundle calls its package ``scripts``: one imported from another bundle's folder is forgotten
+    (``sys.modules``), so this bundle's configs find their own classes; what was built from the other stays as built.
+    """
+    if root in sys.path:
+        sys.path.remove(root)
+    sys.path.insert(0, root)
+    loaded = sys.modules.get("scripts")
+    if loaded is None:
+        return
+    places = [*getattr(loaded, "__path__", []), getattr(loaded, "__file__", None) or ""]
+    mine = Path(root, "scripts").resolve()
+    if not any(place and Path(place).resolve().is_relative_to(mine) for place in places):
+        for name in [m for m in sys.modules if m == "scripts" or m.startswith("scripts.")]:
+            del sys.modules[name]
 
 
 def _cause(exc: BaseException) -> str:

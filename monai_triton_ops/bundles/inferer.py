@@ -3,8 +3,10 @@
 ``SimpleInferer`` and ``SlidingWindowInferer`` (every argument: ``roi_size``, ``sw_batch_size``,
 ``overlap``, ``mode`` gaussian, ``sigma_scale``, ``padding_mode``, ``cval``...) and their relatives only
 call the network on tensors, so any backend can be their network. An inferer that needs the network as a
-``torch.nn.Module`` (``SaliencyInferer`` hooks its layers; a custom one may call ``.parameters()``) cannot run
-a network that lives in a server, and is refused with the item's name.
+``torch.nn.Module`` (MONAI's ``SaliencyInferer`` hooks its layers) cannot run a network that lives in a server,
+and is refused with the item's name. A bundle's own inferer (``scripts/``, such as the model zoo's
+``RetinaNetInferer``) runs as the bundle defines it; should it ask the network for what only a local module has
+(``parameters()``, hooks), ``MetaNetwork`` answers with an error naming the inferer item.
 """
 
 from __future__ import annotations
@@ -29,15 +31,21 @@ def bundle_inferer(config: BundleConfig, item: str = "inferer") -> Any:
         raise BundleError(
             f"must be a MONAI inferer, got a {type(inferer).__name__}", file=config.file_of(item), item=item
         )
-    if not isinstance(inferer, CALLABLE_NETWORK):
+    if not isinstance(inferer, CALLABLE_NETWORK) and _from_monai(inferer):
         kind = "an Inferer" if isinstance(inferer, Inferer) else "a callable"
         raise BundleError(
             f"{type(inferer).__name__} ({kind}) may need the network as a torch module, which no Triton backend has; "
-            f"supported: {', '.join(c.__name__ for c in CALLABLE_NETWORK)}",
+            f"supported: {', '.join(c.__name__ for c in CALLABLE_NETWORK)}, or the bundle's own (scripts/) inferer",
             file=config.file_of(item),
             item=item,
         )
     return inferer
+
+
+def _from_monai(inferer: Any) -> bool:
+    """Whether the inferer is one of MONAI's own classes (a bundle's ``scripts/`` inferer is not): MONAI's others
+    (``SaliencyInferer``) are known to hook the network's layers."""
+    return type(inferer).__module__.split(".")[0] == "monai"
 
 
 def describe(inferer: Any) -> str:

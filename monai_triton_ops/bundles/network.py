@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +30,27 @@ logger = logging.getLogger(__name__)
 CHECKPOINT_KEYS = ("state_dict", "model")
 
 
-class MetaNetwork:
-    """``network(x)`` for a MONAI inferer: ``predict(x)`` as a ``MetaTensor`` with ``x``'s metadata."""
+#: What a torch module offers that a network on a server cannot: asked for, they name the inferer item.
+MODULE_ONLY = (
+    "parameters", "named_parameters", "buffers", "named_buffers", "state_dict", "load_state_dict",
+    "register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook", "get_submodule",
+)  # fmt: skip
 
-    def __init__(self, predict: Callable[[torch.Tensor], Any]) -> None:
+
+class MetaNetwork(torch.nn.Module):
+    """``network(x)`` for a MONAI inferer: ``predict(x)``, every tensor a ``MetaTensor`` with ``x``'s metadata.
+
+    A ``torch.nn.Module`` in eval mode, so a detector can hold it as its ``network`` (a RetinaNet inferer assigns
+    it there and reads ``training``). ``predict`` may return a tensor or the network's own structure (a dict of
+    heads, RetinaNet's dict of lists per level). What only a local module has (``parameters()``, hooks, weights)
+    is a ``BundleError`` naming the bundle's inferer item (``item``, ``file``): the network runs on a backend.
+    """
+
+    def __init__(self, predict: Callable[[torch.Tensor], Any], *, item: str = "inferer", file: str | None = None):
+        super().__init__()
         self.predict = predict
+        self.item, self.file = item, file
+        self.eval()
 
     def __call__(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         if args or kwargs:
@@ -42,12 +58,33 @@ class MetaNetwork:
                 "the network got more than one input; a bundle run on a backend feeds one tensor",
                 item="network_data_format#inputs",
             )
-        result = self.predict(x)
-        if isinstance(x, MetaTensor) and isinstance(result, torch.Tensor) and not isinstance(result, MetaTensor):
-            out = MetaTensor(result, meta=x.meta, applied_operations=x.applied_operations)
-            out.is_batch = x.is_batch
-            return out
-        return result
+        return _with_meta(self.predict(x), x)
+
+    def forward(self, x: torch.Tensor) -> Any:
+        return self(x)
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in MODULE_ONLY:
+            raise BundleError(
+                f"asks the network for {name}(), which a network on a backend does not have (only network(tensor) "
+                "calls reach the server); use an inferer that only calls the network",
+                file=object.__getattribute__(self, "file"),
+                item=object.__getattribute__(self, "item"),
+            )
+        return super().__getattribute__(name)
+
+
+def _with_meta(result: Any, x: torch.Tensor) -> Any:
+    """Every tensor of ``result`` as a ``MetaTensor`` with ``x``'s metadata, the structure kept."""
+    if isinstance(result, Mapping):
+        return {key: _with_meta(value, x) for key, value in result.items()}
+    if isinstance(result, tuple | list):
+        return type(result)(_with_meta(value, x) for value in result)
+    if isinstance(x, MetaTensor) and isinstance(result, torch.Tensor) and not isinstance(result, MetaTensor):
+        out = MetaTensor(result, meta=x.meta, applied_operations=x.applied_operations)
+        out.is_batch = x.is_batch
+        return out
+    return result
 
 
 def network_file(config: BundleConfig) -> tuple[Path, bool]:
@@ -87,18 +124,32 @@ def scripted_network(config: BundleConfig, weights: Path) -> torch.jit.ScriptMod
         ) from exc
 
 
-def export_torchscript(config: BundleConfig, target: Path, scripted: torch.jit.ScriptModule | None = None) -> Path:
+def export_torchscript(
+    config: BundleConfig,
+    target: Path,
+    scripted: torch.jit.ScriptModule | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Path:
     """Write the bundle's network as TorchScript with its metadata to ``target`` (a copy for ``model.ts``).
 
-    ``scripted``: the network already built from ``network_def`` + weights (``Bundle.scripted``).
+    ``scripted``: the network already built from ``network_def`` + weights (``Bundle.scripted``);
+    ``metadata``: what the served model is described by, when not the bundle's own (several outputs).
     """
-    model, is_script = network_file(config)
-    module = scripted or (_load_script(model) if is_script else scripted_network(config, model))
-    extra = {"metadata.json": json.dumps(config.metadata).encode()}
+    module = network_module(config, scripted)
+    extra = {"metadata.json": json.dumps(config.metadata if metadata is None else metadata).encode()}
     target.parent.mkdir(parents=True, exist_ok=True)
     torch.jit.save(module, str(target), _extra_files=extra)
-    logger.info("bundle %s: network from %s written as TorchScript to %s", config.source.label, model.name, target)
+    logger.info("bundle %s: network written as TorchScript to %s", config.source.label, target)
     return target
+
+
+def network_module(config: BundleConfig, scripted: torch.jit.ScriptModule | None = None) -> torch.jit.ScriptModule:
+    """The bundle's network as a TorchScript module: ``scripted``, else ``models/model.ts`` loaded or
+    ``network_def`` + weights scripted."""
+    if scripted is not None:
+        return scripted
+    model, is_script = network_file(config)
+    return _load_script(model) if is_script else scripted_network(config, model)
 
 
 def _load_script(path: Path) -> torch.jit.ScriptModule:

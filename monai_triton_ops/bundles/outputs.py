@@ -250,6 +250,8 @@ def to_json(value: Any) -> Any:
         return [to_json(item) for item in value]
     if hasattr(value, "detach"):
         value = value.detach().cpu().numpy()
+    elif hasattr(value, "__array_interface__") and not isinstance(value, np.ndarray | np.generic):
+        value = np.asarray(value)  # a Holoscan Tensor: emit() hands a dict's arrays on as those
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, np.generic):

@@ -17,8 +17,8 @@ import torch
 from monai.transforms import Compose
 
 from ..errors import BundleError
+from . import detection, transforms
 from . import inferer as inferers
-from . import transforms
 from .config import DEFAULT_CONFIG_NAMES, BundleConfig, ItemNames
 from .network import network_file, scripted_network
 from .outputs import output_spec
@@ -39,6 +39,7 @@ class Bundle:
     network: Path
     network_is_torchscript: bool
     scripted: torch.jit.ScriptModule | None = None  # network_def + weights, built and checked at read time
+    detector: Any = None  # a detection bundle's detector (its 'detector' item), set up by 'detector_ops'
 
     @property
     def path(self) -> Path:
@@ -80,6 +81,7 @@ def read_bundle(
         output_spec(name, desc, file=config.metadata_file.label)
     network, is_script = network_file(config)
     scripted = None if is_script else scripted_network(config, network)  # weights that do not fit: an error now
+    detector = detection.detector(config)  # before the inferer: a RetinaNet inferer reads the detector's set-up
     bundle = Bundle(
         config=config,
         items=names,
@@ -89,6 +91,7 @@ def read_bundle(
         network=network,
         network_is_torchscript=is_script,
         scripted=scripted,
+        detector=detector,
     )
     logger.info("%s", bundle.describe())
     return bundle

@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-from monai.utils import ensure_tuple, first
+from monai.data import decollate_batch
+from monai.utils import CommonKeys, ensure_tuple
 
 from ..errors import BundleError, MonaiTritonError
 from .network import MetaNetwork
@@ -40,20 +41,26 @@ def run_bundle(
     """
     infer = bundle.inferer if inferer is None else inferer
     first_name = bundle.input_names[0]
+    net = _as_meta(network, bundle)
+    if bundle.detector is not None:  # the detector's network is the backend, whatever its inferer passes on
+        bundle.detector.network = net
     with torch.no_grad():
         data = _stage(bundle, "preprocessing", lambda: _pre(bundle, dict(inputs)))
         kept = data[first_name]
         batch = data.pop(first_name)[None]
-        outputs = _stage(bundle, "inferer", lambda: infer(inputs=batch, network=_as_meta(network)))
+        outputs = _stage(bundle, "inferer", lambda: infer(inputs=batch, network=net))
         data[first_name] = kept
-        result = _stage(bundle, "postprocessing", lambda: _post(bundle, ensure_tuple(outputs)[0], data))
+        result = _stage(bundle, "postprocessing", lambda: _post(bundle, outputs, data))
     named = _named(bundle, result)
     meta = dict(getattr(kept, "meta", {}) or {})
     return named, meta
 
 
-def _as_meta(network: Network) -> Network:
-    return network if isinstance(network, MetaNetwork) else MetaNetwork(network)
+def _as_meta(network: Network, bundle: Bundle) -> MetaNetwork:
+    if isinstance(network, MetaNetwork):
+        return network
+    item = bundle.items.inferer
+    return MetaNetwork(network, item=item, file=bundle.config.file_of(item))
 
 
 def _pre(bundle: Bundle, data: dict[str, Any]) -> dict[str, Any]:
@@ -67,10 +74,26 @@ def _pre(bundle: Bundle, data: dict[str, Any]) -> dict[str, Any]:
     return {key: bundle.pre(value) for key, value in data.items()}
 
 
-def _post(bundle: Bundle, prediction: Any, inputs: dict[str, Any]) -> Any:
+def _post(bundle: Bundle, outputs: Any, inputs: dict[str, Any]) -> Any:
+    """The first image's prediction through the post-processing.
+
+    A dictionary post-processing gets a tensor as ``{first output: prediction}`` (the App SDK's way), the heads
+    of a network that returns a dict as ``{"pred": {head: map}}`` (MONAI's engines' way, which the model zoo's
+    multi-head bundles flatten with ``FlattenSubKeysd``), and a detector's result (one dict per image) with its
+    keys at the top level (``box``, ``label``, ``label_scores``: the zoo's detection post-processing) -- each
+    together with the pre-processed inputs, which ``Invertd`` and ``AffineBoxToWorldCoordinated`` read.
+    """
+    heads = isinstance(outputs, Mapping)
+    prediction = decollate_batch(outputs, detach=False)[0] if heads else ensure_tuple(outputs)[0]
     if not is_map_compose(bundle.post):
         return bundle.post(prediction)
-    item = {first(bundle.output_names): prediction} if not isinstance(prediction, dict) else dict(prediction)
+    item: dict[str, Any]
+    if heads:
+        item = {str(CommonKeys.PRED): prediction}
+    elif isinstance(prediction, Mapping):
+        item = dict(prediction)
+    else:
+        item = {bundle.output_names[0]: prediction}
     item.update(inputs)
     return bundle.post(item)
 
@@ -80,6 +103,8 @@ def _named(bundle: Bundle, result: Any) -> dict[str, Any]:
         return dict(zip(bundle.output_names, result, strict=False))
     if isinstance(result, dict):
         missing = [name for name in bundle.output_names if name not in result]
+        if missing == bundle.output_names and len(missing) == 1 and not _is_image(bundle, missing[0]):
+            return {missing[0]: result}  # one object output (a detector's boxes, labels and scores): all of it
         if missing:
             raise BundleError(
                 f"the post-processing's result has no key(s) {missing} (keys: {sorted(map(str, result))}); the "
@@ -91,6 +116,10 @@ def _named(bundle: Bundle, result: Any) -> dict[str, Any]:
     return {bundle.output_names[0]: result}
 
 
+def _is_image(bundle: Bundle, name: str) -> bool:
+    return str(bundle.config.outputs[name].get("type", "image")) == "image"
+
+
 def _stage(bundle: Bundle, stage: str, step: Callable[[], Any]) -> Any:
     """Run a transform chain or the inferer; a failure names the bundle's item and file (a backend's is its own)."""
     item = {"preprocessing": bundle.items.preprocessing, "inferer": bundle.items.inferer}.get(
@@ -100,7 +129,7 @@ def _stage(bundle: Bundle, stage: str, step: Callable[[], Any]) -> Any:
         return step()
     except MonaiTritonError:
         raise
-    except (RuntimeError, KeyError, ValueError, TypeError) as exc:
+    except (RuntimeError, KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
         raise BundleError(
             f"failed on this image: {' '.join(str(exc).split())[:300]}", file=bundle.config.file_of(item), item=item
         ) from exc

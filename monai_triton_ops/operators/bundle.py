@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from ..pipeline.predictor import Predictor
 from ..preflight import is_remote
 from ..repository import layout
 from ..repository.bundle import cached_repository, model_name_of
+from ..repository.heads import LAYOUT_KEY, check_layout, rebuild
 from .bundle_volume import WHOLE_IMAGE, VolumeNetwork, inferer_settings, volume_network
 from .report import log_run
 
@@ -81,6 +82,7 @@ class BundleRun:
         self.backend_options = dict(backend_options)
         self._backend: BaseBackend | None = None
         self._volume: VolumeNetwork | None = None
+        self._network: Callable[[Any], Any] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def create_backend(self) -> BaseBackend:
@@ -111,12 +113,13 @@ class BundleRun:
         runs (``bundle_volume.py``), else the error names the inferer item."""
         self._backend = backend
         backend.open()
+        self._network = backend_network(backend)
         self._volume = volume_network(self.bundle, backend)
         if self._volume is not None:
             logger.info("bundle: mode=volume, the inferer on the server: %s", describe_inferer(self.bundle.inferer))
 
     def close(self) -> BaseBackend | None:
-        backend, self._backend, self._volume = self._backend, None, None
+        backend, self._backend, self._volume, self._network = self._backend, None, None, None
         return backend
 
     # -- data flow -------------------------------------------------------------------------
@@ -138,7 +141,7 @@ class BundleRun:
         if self._volume is not None:  # the whole image to the server, which runs the bundle's sliding window
             outputs, meta = run_bundle(self.bundle, tensors, self._volume, WHOLE_IMAGE)
         else:
-            outputs, meta = run_bundle(self.bundle, tensors, Predictor(backend))
+            outputs, meta = run_bundle(self.bundle, tensors, self._network or Predictor(backend))
         log_run(self.model_name, backend, 1, time.perf_counter() - started)
         return {name: self._output(name, value, meta) for name, value in outputs.items()}
 
@@ -158,6 +161,18 @@ class BundleRun:
             return value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
         spec, form = self.outputs[name]
         return emit(spec, form, value, meta)
+
+
+def backend_network(backend: BaseBackend) -> Callable[[Any], Any]:
+    """The backend as the bundle's network: one output as a tensor, several rebuilt into the structure the
+    network returns (its layout in the model's metadata, ``repository.heads``), whatever the backend."""
+    predictor = Predictor(backend)
+    signature = backend.signature
+    layout = signature.metadata.get(LAYOUT_KEY)
+    if layout is None:
+        return predictor
+    check_layout(layout, signature.output_names)
+    return lambda batch: rebuild(layout, predictor.outputs(batch))
 
 
 def locate(bundle_path: Any, model_path: Any, model_name: str) -> tuple[Path, Path | None]:

@@ -25,7 +25,8 @@ logger = logging.getLogger(__name__)
 
 
 class Predictor:
-    """``predictor(batch) -> output`` over ``backend``'s single input and one of its outputs.
+    """``predictor(batch) -> output`` over ``backend``'s single input and one of its outputs
+    (``outputs(batch)``: all of them, for a network with several).
 
     ``output`` defaults to the backend's ``output_name`` option, else the first output;
     ``request_batch_size`` to the model's ``max_batch_size`` (all windows in one request when the
@@ -56,18 +57,24 @@ class Predictor:
     def __call__(self, data: np.ndarray) -> np.ndarray: ...
     def __call__(self, data: ArrayLike) -> ArrayLike:
         signature = self.backend.signature
+        output = self.output or self.backend.options.output_name or signature.output_names[0]
+        return self.outputs(data, (output,))[output]
+
+    def outputs(self, data: ArrayLike, names: tuple[str, ...] | None = None) -> dict[str, ArrayLike]:
+        """Outputs ``names`` (default: every output of the model) for ``data``, the windows split as for one."""
+        signature = self.backend.signature
         if len(signature.inputs) != 1:
             raise UsageError(
                 f"model {signature.name!r} has {len(signature.inputs)} inputs {list(signature.input_names)}; "
                 "a MONAI predictor feeds one; call the backend's infer() with a dict instead"
             )
         name = signature.input_names[0]
-        output = self.output or self.backend.options.output_name or signature.output_names[0]
+        wanted = names or signature.output_names
         batch = int(data.shape[0]) if data.ndim else 0
         size = self._request_size(batch)
         parts = [data[start : start + size] for start in range(0, batch, size)] if batch > size else [data]
         if len(parts) == 1:  # one request: infer() may run it on this thread, which waits for it anyway
-            return self.backend.infer({name: data}, outputs=(output,), timeout_s=self.timeout_s)[output]
+            return dict(self.backend.infer({name: data}, outputs=wanted, timeout_s=self.timeout_s))
         limit = self.max_in_flight or self.backend.options.max_in_flight
         pending: deque[Future[dict[str, ArrayLike]]] = deque()
         results: list[dict[str, ArrayLike]] = []
@@ -75,14 +82,14 @@ class Predictor:
             for part in parts:
                 if len(pending) >= limit:
                     results.append(pending.popleft().result())
-                pending.append(self.backend.submit({name: part}, outputs=(output,), timeout_s=self.timeout_s))
+                pending.append(self.backend.submit({name: part}, outputs=wanted, timeout_s=self.timeout_s))
             while pending:
                 results.append(pending.popleft().result())
         finally:
             for future in pending:  # an earlier window failed: the rest is not needed
                 future.cancel()
         logger.debug("predictor: %d window(s) in %d request(s)", batch, len(parts))
-        return join(results)[output]
+        return join(results)
 
     def _request_size(self, batch: int) -> int:
         signature = self.backend.signature

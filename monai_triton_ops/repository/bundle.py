@@ -23,10 +23,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..bundles.source import DEFAULT_CONFIG_NAMES, is_bundle
-from ..errors import BundleError, RepositoryError
+from ..errors import BundleError, ConfigError, RepositoryError
+from ..signature import ModelSignature
 from . import layout
 from .builder import build_repository
+from .bundle_signature import served_metadata
 from .check import Description, EntryReport
+from .heads import LAYOUT_KEY
 from .metadata import signature_from_metadata
 from .naming import rename
 
@@ -40,7 +43,7 @@ logger = logging.getLogger(__name__)
 
 CACHE_ENV = "MONAI_TRITON_CACHE"
 #: Changes when what ``build_bundle`` writes changes, so old cache entries are not reused.
-CACHE_LAYOUT = "1"
+CACHE_LAYOUT = "2"
 
 
 def model_name_of(bundle: Bundle, name: str | None = None) -> str:
@@ -75,6 +78,7 @@ def build_bundle(
     the bundle's own and cannot be given.
     """
     from ..bundles import export_torchscript, read_bundle  # MONAI whole: only where a bundle is read
+    from ..bundles.network import network_module
 
     bundle = read_bundle(bundle_path, config_names)
     model_name = model_name_of(bundle, name)
@@ -82,9 +86,12 @@ def build_bundle(
         raise BundleError("takes its metadata from the bundle; drop --bundle-metadata", file=bundle.label)
     if keywords.get("flavor") != "libtorch":  # the python runner serves any names: the bundle's own
         keywords["input_names"] = keywords.get("input_names") or bundle.input_names
-        keywords["output_names"] = keywords.get("output_names") or bundle.output_names
     with tempfile.TemporaryDirectory(prefix="monai-triton-bundle-") as scratch:
-        network = export_torchscript(bundle.config, Path(scratch) / "model.pt", bundle.scripted)
+        module = network_module(bundle.config, bundle.scripted)
+        served, outputs = served_metadata(bundle, module)
+        if keywords.get("flavor") != "libtorch" and not keywords.get("output_names"):
+            keywords["output_names"] = outputs
+        network = export_torchscript(bundle.config, Path(scratch) / "model.pt", module, served)
         folder = build_repository(
             network,
             repository,
@@ -156,35 +163,43 @@ def bundle_target(path: str | Path) -> bool:
     return is_bundle(given) and not (given / layout.CONFIG_FILENAME).is_file()
 
 
+def served_signature(bundle: Bundle) -> ModelSignature:
+    """The signature of the Triton model ``repo build`` writes: the network's outputs as it returns them."""
+    from ..bundles.network import network_module
+
+    served, outputs = served_metadata(bundle, network_module(bundle.config, bundle.scripted))
+    return rename(signature_from_metadata(model_name_of(bundle), served), bundle.input_names, outputs)
+
+
 def describe_bundle(path: str | Path, config_names: Sequence[str] = DEFAULT_CONFIG_NAMES) -> Description:
-    """What ``repo describe`` says of a bundle: the signature its metadata gives, and what it runs."""
+    """What ``repo describe`` says of a bundle: the signature its Triton model has, and what it runs."""
     from ..bundles import read_bundle
 
     bundle = read_bundle(path, config_names)
-    signature = rename(
-        signature_from_metadata(model_name_of(bundle), bundle.metadata), bundle.input_names, bundle.output_names
-    )
+    signature = served_signature(bundle)
     from ..bundles.outputs import describe as describe_outputs
 
     notes = (
         f"outputs: {describe_outputs(bundle.config.outputs)}",
         f"inferer: {type(bundle.inferer).__name__}",
         f"network: {bundle.network.name} ({'TorchScript' if bundle.network_is_torchscript else 'network_def weights'})",
-    )
+        *((f"detector: {type(bundle.detector).__name__} (beside the app; the network on the backend)",)
+          if bundle.detector is not None else ()),
+        *((f"outputs: the network's {len(signature.outputs)} tensors, rebuilt into its own structure for the "
+           "inferer",) if LAYOUT_KEY in signature.metadata else ()),
+    )  # fmt: skip
     return Description(signature=signature, source="bundle network_data_format", kind="MONAI bundle", uses=notes)
 
 
 def check_bundle(path: str | Path, config_names: Sequence[str] = DEFAULT_CONFIG_NAMES) -> EntryReport:
-    """``repo check`` on a bundle: everything built as a run builds it, the network loaded; problems listed."""
-    from ..bundles import export_torchscript, read_bundle
+    """``repo check`` on a bundle: everything built as a run builds it, the network loaded and run; problems listed."""
+    from ..bundles import read_bundle
 
     try:
         bundle = read_bundle(path, config_names)
         name = model_name_of(bundle)
-        signature = rename(signature_from_metadata(name, bundle.metadata), bundle.input_names, bundle.output_names)
-        with tempfile.TemporaryDirectory(prefix="monai-triton-bundle-") as scratch:
-            export_torchscript(bundle.config, Path(scratch) / "model.pt", bundle.scripted)
-    except BundleError as exc:
+        signature = served_signature(bundle)
+    except (BundleError, ConfigError) as exc:
         return EntryReport(name=Path(path).name, versions=(), signature=None, source="-", problems=(str(exc),))
     return EntryReport(
         name=name,

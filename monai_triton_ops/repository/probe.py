@@ -215,10 +215,10 @@ def _run(model: LoadedModel, name: str, tensors: Sequence[torch.Tensor]) -> Outp
         result = model.module(*tensors)
     if isinstance(result, torch.Tensor):
         items: Outputs = [(None, result)]
-    elif isinstance(result, Mapping):
+    elif isinstance(result, Mapping) and all(isinstance(v, torch.Tensor) for v in result.values()):
         items = list(result.items())
-    elif isinstance(result, tuple | list):
-        items = [(None, value) for value in result]
+    elif isinstance(result, Mapping | tuple | list):  # a tuple, or nested: its leaves in the runner's order
+        items = [(None, value) for value in _leaves(result)]
     else:
         raise ConfigError(f"model {name!r} returns {type(result).__name__}; expected a tensor, tuple or dict")
     for position, (_, value) in enumerate(items):
@@ -226,6 +226,16 @@ def _run(model: LoadedModel, name: str, tensors: Sequence[torch.Tensor]) -> Outp
             kind = "a 0-d tensor" if isinstance(value, torch.Tensor) else f"of type {type(value).__name__}"
             raise ConfigError(f"model {name!r} output {position} is {kind}; only tensors with dims can be served")
     return items
+
+
+def _leaves(result: Any) -> list[Any]:
+    """The values of nested dicts, tuples and lists depth-first, in the order the runner names them
+    (``runner.model.flatten_result``); anything else is a leaf, reported by the caller if not a tensor."""
+    if isinstance(result, Mapping):
+        return [leaf for value in result.values() for leaf in _leaves(value)]
+    if isinstance(result, tuple | list):
+        return [leaf for value in result for leaf in _leaves(value)]
+    return [result]
 
 
 def _reason(exc: Exception) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from .classify import classify_bundle
+from .heads import detection_maker, heads_bundle
 from .makers import UNET_CONFIG, metadata, unet_bundle
 
 Made = tuple[Path, tuple[str, ...]]
@@ -128,6 +129,51 @@ def scores_without_channels(folder: Path) -> Made:
     return classify_bundle(folder, type="probabilities", num_channels=None, channel_def={}), INFERENCE
 
 
+def _detection(folder: Path, **changes: Any) -> Path:
+    bundle = detection_maker().make_bundle(folder)
+    config = {**_config(bundle), **changes}
+    _write(bundle, {k: v for k, v in config.items() if v is not None})
+    return bundle
+
+
+def detector_without_ops(folder: Path) -> Made:
+    """The detector never set up: no sliding window, no box selector thresholds, no target keys."""
+    return _detection(folder, detector_ops=None), INFERENCE
+
+
+def not_a_detector(folder: Path) -> Made:
+    return _detection(folder, detector="$@anchor_generator"), INFERENCE
+
+
+def scripts_import_error(folder: Path) -> Made:
+    heads_bundle(folder)
+    script = folder / "scripts" / "heads.py"
+    script.write_text("import not_installed_package\n" + script.read_text())
+    return folder, INFERENCE
+
+
+def head_missing(folder: Path) -> Made:
+    """The metadata names a head (``edge``) the network does not return."""
+    heads_bundle(folder)
+    meta = json.loads((folder / "configs" / "metadata.json").read_text())
+    outputs = meta["network_data_format"]["outputs"]
+    outputs["edge"] = dict(outputs["dist"])
+    (folder / "configs" / "metadata.json").write_text(json.dumps(meta))
+    return folder, INFERENCE
+
+
+def head_without_dims(folder: Path) -> Made:
+    """A head that is one number per image: a served output needs a batch and a channel dim."""
+    heads_bundle(folder)
+    script = folder / "scripts" / "heads.py"
+    text = script.read_text().replace('"dist": torch.tanh(self.dist(features))', '"dist": self.dist(features).mean()')
+    script.write_text(text)
+    return folder, INFERENCE
+
+
+#: Broken bundles found only when the network runs on an example (``repo describe``, ``build``, ``check``).
+AT_DESCRIBE = frozenset({"head_missing", "head_without_dims"})
+
 BROKEN: dict[str, Callable[[Path], Made]] = {
     "no_metadata": no_metadata,
     "json_syntax": json_syntax,
@@ -145,6 +191,11 @@ BROKEN: dict[str, Callable[[Path], Made]] = {
     "class_names_count": class_names_count,
     "class_names_not_numbered": class_names_not_numbered,
     "scores_without_channels": scores_without_channels,
+    "detector_without_ops": detector_without_ops,
+    "not_a_detector": not_a_detector,
+    "scripts_import_error": scripts_import_error,
+    "head_missing": head_missing,
+    "head_without_dims": head_without_dims,
 }
 
 EXPECTED: dict[str, tuple[str, str, str]] = {
@@ -164,4 +215,9 @@ EXPECTED: dict[str, tuple[str, str, str]] = {
     "class_names_count": ("configs/metadata.json", "network_data_format#outputs#pred", "names 3 classes .* is 4"),
     "class_names_not_numbered": ("configs/metadata.json", "network_data_format#outputs#pred", "keyed '0'..'3'"),
     "scores_without_channels": ("configs/metadata.json", "network_data_format#outputs#pred", "gives no num_channels"),
+    "detector_without_ops": ("configs/inference.json", "detector_ops", "has no 'detector_ops' item"),
+    "not_a_detector": ("configs/inference.json", "detector", "must build a detector holding its network"),
+    "scripts_import_error": ("scripts/heads.py", "network_def", "cannot be imported .*not_installed_package"),
+    "head_missing": ("configs/metadata.json", "network_data_format#outputs#edge", "heads \\['seg', 'dist'\\]"),
+    "head_without_dims": ("configs/inference.json", "network_def", "output 'dist' has shape \\[\\]"),
 }

@@ -14,13 +14,14 @@ import pytest
 from monai_triton_ops import cli, exits
 from monai_triton_ops.bundles import read_bundle
 from monai_triton_ops.errors import BundleError
+from monai_triton_ops.repository.bundle import describe_bundle
 
-from .broken import BROKEN, EXPECTED
+from .broken import AT_DESCRIBE, BROKEN, EXPECTED
 
 
 def test_every_kind_has_its_expectation() -> None:
     assert sorted(BROKEN) == sorted(EXPECTED)
-    assert len(BROKEN) >= 10
+    assert len(BROKEN) >= 18
 
 
 @pytest.mark.parametrize("kind", sorted(BROKEN))
@@ -30,7 +31,7 @@ def test_a_broken_bundle_gives_one_line_naming_file_and_item(
     path, names = BROKEN[kind](tmp_path / kind)
     ending, item, words = EXPECTED[kind]
     with pytest.raises(BundleError) as caught:
-        read_bundle(path, names)
+        (describe_bundle if kind in AT_DESCRIBE else read_bundle)(path, names)
     error = caught.value
     assert error.file.rstrip("/").endswith(ending) or f"{ending}" in error.file, error.file
     assert error.item == item
@@ -62,3 +63,26 @@ def test_the_error_of_a_transform_that_fails_on_the_image_names_the_item(tmp_pat
     bundle.pre.transforms = (*bundle.pre.transforms, EnsureChannelFirstd(keys="label"))  # no such key
     with pytest.raises(BundleError, match=r"inference.json, item 'preprocessing': failed on this image"):
         run_bundle(bundle, {"image": image}, lambda x: torch.zeros(1))
+
+
+def test_a_bundle_inferer_asking_the_network_for_its_weights_is_named(tmp_path: Path) -> None:
+    """A bundle-local inferer runs on every backend, but what only a local module has (its parameters) a network on a
+    server cannot give: one error names the inferer item and its file, not an AttributeError deep in the script."""
+    import torch
+
+    from monai_triton_ops.bundles import run_bundle
+    from monai_triton_ops.bundles.images import image_to_tensor
+    from monai_triton_ops.operators.nifti import read_nifti
+
+    from .heads import heads_bundle, volume
+
+    folder = heads_bundle(tmp_path / "b", inferer={"_target_": "scripts.on_device.OnDeviceInferer"})
+    (folder / "scripts" / "on_device.py").write_text(
+        "class OnDeviceInferer:\n"
+        "    def __call__(self, inputs, network):\n"
+        "        return network(inputs.to(next(network.parameters()).device))\n"
+    )
+    bundle = read_bundle(folder)
+    image = image_to_tensor(read_nifti(volume(tmp_path / "v.nii.gz")), "image")
+    with pytest.raises(BundleError, match=r"inference.json, item 'inferer': asks the network for parameters\(\)"):
+        run_bundle(bundle, {"image": image}, lambda x: {"seg": torch.zeros(1), "dist": torch.zeros(1)})

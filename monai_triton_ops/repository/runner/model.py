@@ -130,21 +130,33 @@ def name_results(model: str, names: Sequence[str], result: Any) -> dict[str, tor
     """Name a model's raw result as the configuration does (same rules as the in-process backend).
 
     A tensor is the first output; a tuple/list maps by position; a dict maps by key when its keys
-    are the configured names, else by insertion order.
+    are the configured names, else by insertion order. Nested results (a dict of lists of tensors, as
+    RetinaNet's heads give, one tensor per feature level) map their tensors depth-first in order
+    (``flatten_result``).
     """
+    keyed = isinstance(result, Mapping) and set(result) == set(names)
+    if keyed and all(isinstance(result[n], torch.Tensor) for n in names):
+        return {n: result[n] for n in names}
+    values = flatten_result(model, result)
+    if len(values) != len(names):
+        raise TypeError(f"model '{model}' returned {len(values)} tensor(s), the config declares outputs {list(names)}")
+    return dict(zip(names, values, strict=True))
+
+
+def flatten_result(model: str, result: Any) -> list[torch.Tensor]:
+    """A result's tensors depth-first: dict values in insertion order, tuple/list items in order."""
     if isinstance(result, torch.Tensor):
-        values: list[Any] = [result]
-    elif isinstance(result, Mapping):
-        if set(result) == set(names):
-            return {n: result[n] for n in names}
-        values = list(result.values())
+        return [result]
+    if isinstance(result, Mapping):
+        items: list[Any] = list(result.values())
     elif isinstance(result, tuple | list):
-        values = list(result)
+        items = list(result)
     else:
         raise TypeError(f"model '{model}' returned {type(result).__name__}, expected tensors")
-    if len(values) != len(names) or not all(isinstance(v, torch.Tensor) for v in values):
-        raise TypeError(f"model '{model}' returned {len(values)} value(s), the config declares outputs {list(names)}")
-    return dict(zip(names, values, strict=True))
+    flat: list[torch.Tensor] = []
+    for item in items:
+        flat.extend(flatten_result(model, item))
+    return flat
 
 
 def same_item_shapes(per_request: Sequence[Sequence[torch.Tensor]]) -> bool:
