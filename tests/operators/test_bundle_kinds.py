@@ -26,11 +26,11 @@ from monai.deploy.core import Application, Image, IOType
 from monai.deploy.operators.monai_bundle_inference_operator import IOMapping
 
 from monai_triton_ops import InferenceOperator
+from monai_triton_ops.discovery import find_triton_library
 from monai_triton_ops.errors import MonaiTritonError, ServerNotFoundError
 from monai_triton_ops.operators.nifti import read_nifti
 from monai_triton_ops.repository.bundle import build_bundle, check_bundle, describe_bundle
 from monai_triton_ops.server import LocalTritonServer, find_tritonserver
-from monai_triton_ops.server.discovery import find_triton_library
 
 from ..bundles.heads import detection_maker, heads_bundle, run_with_monai, volume
 
