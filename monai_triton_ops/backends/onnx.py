@@ -7,8 +7,10 @@ contradicts the graph (dtype, rank, a fixed dim) is refused at open, naming mode
 
 Options map onto ONNX Runtime's session: ``intra_op_threads`` / ``inter_op_threads`` (0: ONNX Runtime's
 default), ``graph_optimization`` (``disable``, ``basic``, ``extended``, ``layout``, ``all``),
-``providers`` (in order of preference, the CPU provider last, added when left out) and ``cache_dir`` for
-providers that build engines (TensorRT, OpenVINO). ``InferenceSession.run`` is thread-safe, so requests
+``providers`` (in order of preference, the CPU provider last, added when left out), ``cache_dir`` for
+providers that build engines (TensorRT, OpenVINO) and ``spin`` (ONNX Runtime's thread pools busy-wait between
+steps; off by default, since a spinning pool takes the cores that the app's other threads, and a second request
+in flight, need). ``InferenceSession.run`` is thread-safe, so requests
 run side by side on the base's worker pool; a request past its deadline or cut off at close is stopped
 through its ``RunOptions.terminate``.
 """
@@ -55,6 +57,7 @@ class OnnxOptions(BackendOptions):
     graph_optimization: GraphOptimization = "all"
     providers: tuple[str, ...] = (CPU_PROVIDER,)
     cache_dir: Path | None = None
+    spin: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -227,6 +230,9 @@ def session_settings(options: OnnxOptions) -> onnxruntime.SessionOptions:
     settings.graph_optimization_level = levels[options.graph_optimization]
     settings.intra_op_num_threads = options.intra_op_threads
     settings.inter_op_num_threads = options.inter_op_threads
+    if not options.spin:  # idle pool threads sleep instead of spinning: the app's other threads get the cores
+        settings.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        settings.add_session_config_entry("session.inter_op.allow_spinning", "0")
     settings.log_severity_level = 3  # errors only: ONNX Runtime's warnings go to stderr, not the log
     return settings
 
