@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from ..errors import BackendStateError, ConfigError, DeviceUnavailableError, InferenceError, ModelLoadError
 from ..repository import layout
-from ..repository.onnx_model import DEFAULT_ONNX_FILENAME, OnnxModel, fixed_dims_conflict, is_onnx_file, read_onnx
+from ..repository.onnx_model import DEFAULT_ONNX_FILENAME, OnnxModel, graph_conflicts, is_onnx_file, read_onnx
 from ..repository.signatures import local_entry
 from ..signature import ModelSignature
 from .arrays import ArrayLike, as_numpy
@@ -176,17 +176,9 @@ def onnx_filename(config: Any, name: str) -> str:
 
 def check_against_graph(signature: ModelSignature, model: OnnxModel) -> None:
     """Refuse a ``config.pbtxt`` whose tensors the graph does not have or cannot take."""
-    graph = {t.name: t for t in (*model.inputs, *model.outputs)}
-    for spec in (*signature.inputs, *signature.outputs):
-        found = graph.get(spec.name)
-        if found is None:
-            raise ConfigError(
-                f"model {signature.name!r}: config.pbtxt declares tensor {spec.name!r}, which {str(model.path)!r} "
-                f"does not have (graph tensors: {sorted(graph)})"
-            )
-        conflict = fixed_dims_conflict(found, spec, signature.max_batch_size)
-        if conflict is not None:
-            raise ConfigError(f"model {signature.name!r} tensor {spec.name!r}: {conflict}")
+    problems = graph_conflicts(signature, model)
+    if problems:
+        raise ConfigError("; ".join(problems))
 
 
 def make_session(path: Path, name: str, model: OnnxModel, options: OnnxOptions) -> onnxruntime.InferenceSession:

@@ -118,8 +118,26 @@ def _spec(model: str, kind: str, value: Any) -> TensorSpec:
     return TensorSpec(name=value.name, dtype=dtype, shape=dims)
 
 
-def fixed_dims_conflict(graph: TensorSpec, declared: TensorSpec, max_batch_size: int) -> str | None:
-    """Why a declared (``config.pbtxt``) tensor cannot feed the graph's, or ``None``: dtype, rank, fixed dims."""
+def graph_conflicts(signature: ModelSignature, model: OnnxModel) -> list[str]:
+    """What in a declared signature (``config.pbtxt``) the graph does not have or cannot take, one line each."""
+    graph = {t.name: t for t in (*model.inputs, *model.outputs)}
+    problems = []
+    for spec in (*signature.inputs, *signature.outputs):
+        found = graph.get(spec.name)
+        if found is None:
+            problems.append(
+                f"model {signature.name!r}: config.pbtxt declares tensor {spec.name!r}, which {str(model.path)!r} "
+                f"does not have (graph tensors: {sorted(graph)})"
+            )
+            continue
+        conflict = _conflict(found, spec, signature.max_batch_size)
+        if conflict is not None:
+            problems.append(f"model {signature.name!r} tensor {spec.name!r}: {conflict}")
+    return problems
+
+
+def _conflict(graph: TensorSpec, declared: TensorSpec, max_batch_size: int) -> str | None:
+    """Why a declared tensor cannot feed the graph's, or ``None``: dtype, rank, fixed dims."""
     shape = declared.full_shape(max_batch_size)
     if graph.dtype != declared.dtype:
         return f"dtype: the graph has {graph.dtype}, the configuration {declared.dtype}"
