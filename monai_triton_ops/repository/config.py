@@ -43,11 +43,8 @@ LIBTORCH_PLATFORM = "pytorch_libtorch"
 ONNXRUNTIME_PLATFORM = "onnxruntime_onnx"
 #: Parameters a flavour always sets (libtorch: run under torch.inference_mode, like our runner).
 _FLAVOR_PARAMETERS: Mapping[str, Mapping[str, str]] = MappingProxyType(
-    {
-        "python": MappingProxyType({}),
-        "libtorch": MappingProxyType({"INFERENCE_MODE": "true"}),
-        "onnxruntime": MappingProxyType({}),
-    }
+    {"libtorch": MappingProxyType({"INFERENCE_MODE": "true"})}
+    | dict.fromkeys(("python", "onnxruntime"), MappingProxyType({}))
 )
 #: Top-level ``ModelConfig`` fields that the signature and ``ConfigOptions`` model; the rest is ``extra``.
 MODELLED_FIELDS = frozenset(
