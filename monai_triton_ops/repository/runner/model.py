@@ -145,6 +145,7 @@ class OnnxModule:
 
         settings = onnxruntime.SessionOptions()
         settings.intra_op_num_threads = threads
+        settings.add_session_config_entry("session.intra_op.allow_spinning", "0")  # leave idle cores to others
         settings.log_severity_level = 3
         self.session = onnxruntime.InferenceSession(path, sess_options=settings, providers=["CPUExecutionProvider"])
         graph = [i.name for i in self.session.get_inputs()]
