@@ -39,10 +39,15 @@ from export_onnx import MODEL, export_onnx  # noqa: E402
 
 from monai_triton_ops import create_backend  # noqa: E402
 from monai_triton_ops.backends.base import BaseBackend  # noqa: E402
+from monai_triton_ops.pipeline import Predictor  # noqa: E402
 from monai_triton_ops.repository.builder import build_repository  # noqa: E402
 
 #: ONNX Runtime settings compared (backend options), besides ``torch``.
 SETTINGS = {"onnx": "", "onnx-extended": "graph_optimization=extended", "onnx-spin": "spin=true"}
+
+
+#: (model, window size, sw batch) cases, as ``--cases`` names them: ``sample:96x4``.
+CASES = [("sample", 96, 1), ("sample", 96, 4), ("zoo", 96, 1), ("zoo", 96, 4), ("zoo", 128, 1), ("zoo", 128, 4)]
 
 
 def zoo_unet() -> torch.nn.Module:
@@ -91,14 +96,18 @@ def case(backends: dict[str, BaseBackend], roi: int, sw_batch: int, study: tuple
     window = torch.from_numpy(np.random.default_rng(0).standard_normal((sw_batch, 1, roi, roi, roi), np.float32))
     volume = torch.from_numpy(np.random.default_rng(1).standard_normal((1, 1, *study), np.float32))
 
-    def one_window(backend: BaseBackend) -> Callable[[], object]:
-        return lambda: backend(window)
+    predictors: dict[str, Callable[[torch.Tensor], torch.Tensor]] = dict(backends)
+    if sw_batch > 1 and "onnx" in backends:  # the sw batch cut into one-window requests (ONNX Runtime gains
+        predictors["onnx-split"] = Predictor(backends["onnx"], request_batch_size=1)  # nothing from a batch)
 
-    def one_study(backend: BaseBackend) -> Callable[[], object]:
-        return lambda: sliding_window_inference(volume, (roi,) * 3, sw_batch, backend, overlap=0.25)
+    def one_window(predictor: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[], object]:
+        return lambda: predictor(window)
+
+    def one_study(predictor: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[], object]:
+        return lambda: sliding_window_inference(volume, (roi,) * 3, sw_batch, predictor, overlap=0.25)
 
     for what, make, per in (("window", one_window, sw_batch), ("study", one_study, 1)):
-        times = interleaved_ms({label: make(b) for label, b in backends.items()}, rounds)
+        times = interleaved_ms({label: make(p) for label, p in predictors.items()}, rounds)
         base = statistics.median(times["torch"]) / per
         cells = [f"{label} {statistics.median(t) / per:8.1f} ms ({statistics.median(t) / per / base:.2f}x)"
                  for label, t in times.items()]  # fmt: skip
@@ -133,10 +142,11 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--study", type=int, nargs=3, default=(160, 160, 160))
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--cases", nargs="*", default=[f"{n}:{r}x{b}" for n, r, b in CASES])
     parser.add_argument("--settings", nargs="*", default=list(SETTINGS), choices=list(SETTINGS))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    cases = [("sample", 96, 1), ("sample", 96, 4), ("zoo", 96, 1), ("zoo", 96, 4), ("zoo", 128, 1)]
+    cases = [c for c in CASES if f"{c[0]}:{c[1]}x{c[2]}" in args.cases]
     with tempfile.TemporaryDirectory(prefix="bench-onnx-") as scratch:
         repos = repositories(Path(scratch))
         print(f"threads {args.threads}, study {args.study}, {args.rounds} interleaved rounds, medians")
