@@ -234,3 +234,23 @@ def test_onnx_tensors_keep_their_graph_names(repos: tuple[Path, Path, Path], tmp
         build_repository(repos[2] / "unet.onnx", tmp_path, "unet", flavor="libtorch")
     with pytest.raises(RepositoryError, match=r"already exists"):
         build_repository(repos[2] / "unet.onnx", repos[1], "unet")
+
+
+@pytest.mark.slow
+def test_the_sample_model_exported_to_onnx_gives_its_labels(tmp_path: Path) -> None:
+    """The committed model through ``apps/brain_tissue_seg/export_onnx.py``: the demo's and benchmark's export."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("export_onnx", root / "apps" / "brain_tissue_seg" / "export_onnx.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    build_repository(module.export_onnx(tmp_path / "model.onnx"), tmp_path / "repo", "brain_tissue_seg")
+    x = np.random.default_rng(0).standard_normal((1, 1, SIZE, SIZE, SIZE)).astype(np.float32)
+    with create_backend("torch", "brain_tissue_seg", model_repository=root / "model_repository") as backend:
+        reference = np.asarray(backend.infer({"x": x})["OUTPUT__0"])
+    with create_backend("onnx", "brain_tissue_seg", model_repository=tmp_path / "repo") as backend:
+        assert backend.signature.metadata["network_data_format"]["outputs"]["pred"]["num_channels"] == 3
+        _same_labels(np.asarray(backend.infer({"x": x})["OUTPUT__0"]), reference)
