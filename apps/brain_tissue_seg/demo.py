@@ -51,6 +51,10 @@ from monai_triton_ops.repository.bundle import build_bundle  # noqa: E402
 from monai_triton_ops.server import LocalTritonServer, find_tritonserver  # noqa: E402
 
 DICE_TARGET = 0.85
+#: The share of voxels whose label may differ on ``onnx``: ONNX Runtime's convolutions sum in another order than
+#: TorchScript's (logits within 2.2e-5 here), which flips voxels whose two best classes tie that closely (18 of the
+#: MRI's 8.7 million, 2e-6 of them, with every graph optimisation level).
+ONNX_FLIPS = 1e-5
 RUN_TIMEOUT_S = 1800
 BUNDLE_APP = ROOT / "apps" / "bundle_seg"
 #: The bundle's model on the demo's server, beside the app's ``brain_tissue_seg`` (``repo build BUNDLE --name``).
@@ -66,12 +70,18 @@ class Result:
     dice: dict[int, float]
     outputs: list[Path]
     outputs_dir: Path
-    same_labels: bool = True
+    differing: int = 0  # voxels whose label differs from the first row's of the same input
+    voxels: int = 1
 
-    def compared(self, reference: np.ndarray | None) -> Result:
+    def compared(self, reference: np.ndarray) -> Result:
         labels = np.asarray(nib.load(str(self.outputs_dir / "seg.nii.gz")).dataobj)
-        same = reference is not None and np.array_equal(labels, reference)
-        return replace(self, same_labels=same)
+        differing = int((labels != reference).sum()) if labels.shape == reference.shape else labels.size
+        return replace(self, differing=differing, voxels=labels.size)
+
+    @property
+    def labels_ok(self) -> bool:
+        """Identical labels; another runtime's kernels (``onnx``) may flip near-ties: at most ``ONNX_FLIPS``."""
+        return self.differing == 0 or (self.backend == "onnx" and self.differing <= ONNX_FLIPS * self.voxels)
 
 
 @dataclass(frozen=True)
@@ -145,7 +155,7 @@ def main() -> int:
     first = {r.kind: r for r in reversed(results)}  # per input kind, the first row's labels are the reference
     results = [r.compared(np.asarray(nib.load(str(first[r.kind].outputs_dir / "seg.nii.gz")).dataobj)) for r in results]
     report(results, reserved)
-    return 0 if all(min(r.dice.values()) >= DICE_TARGET and r.same_labels for r in results) else 1
+    return 0 if all(min(r.dice.values()) >= DICE_TARGET and r.labels_ok for r in results) else 1
 
 
 def onnx_repository(folder: Path) -> Path:
@@ -198,7 +208,7 @@ def report(results: list[Result], reserved: list[str]) -> None:
         print(
             f"{r.app:<8}{r.backend:<10}{r.kind:<8}{r.seconds:>9.1f}"
             + "".join(f"{r.dice[label]:>20.4f}" for label in sorted(LABELS))
-            + f"{'yes' if r.same_labels else 'NO':>18}"
+            + f"{'yes' if r.differing == 0 else f'{r.differing} voxels' + ('' if r.labels_ok else ' NO'):>18}"
         )
     print(f"\nDice target: >= {DICE_TARGET} for each tissue, on the full 197x233x189 volume.")
     print("app: apps/brain_tissue_seg; bundle: apps/bundle_seg with the sample model as a MONAI Bundle.")
