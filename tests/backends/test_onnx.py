@@ -104,8 +104,8 @@ def test_onnx_gives_the_torchscript_labels_with_the_graphs_signature(
 def test_triton_in_process_serves_onnx_through_the_runner(
     repos: tuple[Path, Path, Path], image: np.ndarray, reference: np.ndarray
 ) -> None:
+    from monai_triton_ops.discovery import find_triton_library
     from monai_triton_ops.errors import ServerNotFoundError
-    from monai_triton_ops.server.discovery import find_triton_library
 
     try:
         find_triton_library()
