@@ -225,7 +225,7 @@ def session_settings(options: OnnxOptions) -> onnxruntime.SessionOptions:
     if not options.spin:  # idle pool threads sleep instead of spinning: the app's other threads get the cores
         settings.add_session_config_entry("session.intra_op.allow_spinning", "0")
         settings.add_session_config_entry("session.inter_op.allow_spinning", "0")
-    settings.log_severity_level = 3  # errors only: ONNX Runtime's warnings go to stderr, not the log
+    settings.log_severity_level = 4  # fatal only: what fails reaches the caller as an exception (a stopped run too)
     return settings
 
 
