@@ -36,10 +36,18 @@ from monai_triton_ops.errors import ConfigError, UsageError
 pytestmark = pytest.mark.usefixtures("restore_console", "clean_environ")
 SOURCES = ("command line", "environment", "app.yaml")
 #: A backend of each family that is usable without a server: options are checked, nothing connects.
-SPECS = {"torch": "torch", "triton": "triton", "grpc": "grpc://127.0.0.1:1", "http": "http://127.0.0.1:1"}
+SPECS = {
+    "torch": "torch",
+    "onnx": "onnx",
+    "triton": "triton",
+    "grpc": "grpc://127.0.0.1:1",
+    "http": "http://127.0.0.1:1",
+}
 #: Values that pass each option's own checks, where the type alone does not give one.
 SAMPLES = {
     "device": "cpu:0",
+    "providers": "AzureExecutionProvider",
+    "graph_optimization": "basic",
     "backend_config": "python:shm-region-prefix-name=x",
     "max_backoff_s": "2.5",
     "backoff_s": "0.5",

@@ -5,11 +5,12 @@ Each run is a real App SDK application in its own process (``monai-triton exec``
 user would start it; afterwards the demo measures the Dice of grey and white matter against the
 atlas labels on the full volume and prints where every output is. The remote rows (``grpc``,
 ``http``) run against a local tritonserver that the demo starts on a scratch copy of the committed
-repository, with the bundle's model beside it, and stops afterwards. The bundle rows run
-``apps/bundle_seg`` (the App SDK's spleen app, ported) on the NIfTI with the sample model in the model zoo's
-layout (``make_bundle.py``: the committed model and configs, written under ``--data``); for the remote rows
-the server holds what ``monai-triton repo build`` made of the bundle. Every row's labels are compared with the
-first row's of the same input (the app on ``torch``), voxel for voxel. Each run of the app also writes
+repository, with the bundle's model beside it, and stops afterwards. The ``onnx`` rows run the committed
+model exported to ONNX (``export_onnx.py``); the bundle app has no ``onnx`` row (its bundle holds TorchScript).
+The bundle rows run ``apps/bundle_seg`` (the App SDK's spleen app, ported) on the NIfTI with the sample model in
+the model zoo's layout (``make_bundle.py``: the committed model and configs, written under ``--data``); for the
+remote rows the server holds what ``monai-triton repo build`` made of the bundle. Every row's labels are compared
+with the first row's of the same input (the app on ``torch``), voxel for voxel. Each run of the app also writes
 ``preview.png`` (``--preview``), and the demo ends with their paths.
 
     .venv/bin/python apps/brain_tissue_seg/demo.py [--data data/brain_tissue_seg] [--out output/brain_tissue_seg]
@@ -38,16 +39,22 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
 from atlas import dice  # noqa: E402
+from export_onnx import export_onnx  # noqa: E402
 from make_bundle import make_bundle  # noqa: E402
 from transforms import LABELS  # noqa: E402
 
 from monai_triton_ops import available_backends  # noqa: E402
 from monai_triton_ops.backends.registry import is_installed  # noqa: E402
 from monai_triton_ops.errors import ServerNotFoundError  # noqa: E402
+from monai_triton_ops.repository.builder import build_repository  # noqa: E402
 from monai_triton_ops.repository.bundle import build_bundle  # noqa: E402
 from monai_triton_ops.server import LocalTritonServer, find_tritonserver  # noqa: E402
 
 DICE_TARGET = 0.85
+#: The share of voxels whose label may differ on ``onnx``: ONNX Runtime's convolutions sum in another order than
+#: TorchScript's (logits within 2.2e-5 here), which flips voxels whose two best classes tie that closely (18 of the
+#: MRI's 8.7 million, 2e-6 of them, with every graph optimisation level).
+ONNX_FLIPS = 1e-5
 RUN_TIMEOUT_S = 1800
 BUNDLE_APP = ROOT / "apps" / "bundle_seg"
 #: The bundle's model on the demo's server, beside the app's ``brain_tissue_seg`` (``repo build BUNDLE --name``).
@@ -63,12 +70,18 @@ class Result:
     dice: dict[int, float]
     outputs: list[Path]
     outputs_dir: Path
-    same_labels: bool = True
+    differing: int = 0  # voxels whose label differs from the first row's of the same input
+    voxels: int = 1
 
-    def compared(self, reference: np.ndarray | None) -> Result:
+    def compared(self, reference: np.ndarray) -> Result:
         labels = np.asarray(nib.load(str(self.outputs_dir / "seg.nii.gz")).dataobj)
-        same = reference is not None and np.array_equal(labels, reference)
-        return replace(self, same_labels=same)
+        differing = int((labels != reference).sum()) if labels.shape == reference.shape else labels.size
+        return replace(self, differing=differing, voxels=labels.size)
+
+    @property
+    def labels_ok(self) -> bool:
+        """Identical labels; another runtime's kernels (``onnx``) may flip near-ties: at most ``ONNX_FLIPS``."""
+        return self.differing == 0 or (self.backend == "onnx" and self.differing <= ONNX_FLIPS * self.voxels)
 
 
 @dataclass(frozen=True)
@@ -128,8 +141,11 @@ def main() -> int:
     local = [scheme for scheme, entry in available_backends().items() if not entry.takes_urls]
     backends = [scheme for scheme in local if is_installed(scheme)]
     reserved = [scheme for scheme in available_backends() if scheme not in backends]
-    cases = [Case(HERE, name, name, kind, source, repository) for name in backends for kind, source in inputs.items()]
-    cases += [Case(BUNDLE_APP, name, name, "nifti", inputs["nifti"], bundle) for name in backends]
+    models = dict.fromkeys(backends, repository)
+    if "onnx" in models:  # the committed model exported to ONNX (export_onnx.py), in a repository of its own
+        models["onnx"] = onnx_repository(args.out / "onnx-repository")
+    cases = [Case(HERE, name, name, kind, source, models[name]) for name in backends for kind, source in inputs.items()]
+    cases += [Case(BUNDLE_APP, name, name, "nifti", inputs["nifti"], bundle) for name in backends if name != "onnx"]
     results = [run_case(case, args) for case in cases]
     remote = [scheme for scheme in ("grpc", "http") if is_installed(scheme)]
     if remote and _has_server():
@@ -139,7 +155,14 @@ def main() -> int:
     first = {r.kind: r for r in reversed(results)}  # per input kind, the first row's labels are the reference
     results = [r.compared(np.asarray(nib.load(str(first[r.kind].outputs_dir / "seg.nii.gz")).dataobj)) for r in results]
     report(results, reserved)
-    return 0 if all(min(r.dice.values()) >= DICE_TARGET and r.same_labels for r in results) else 1
+    return 0 if all(min(r.dice.values()) >= DICE_TARGET and r.labels_ok for r in results) else 1
+
+
+def onnx_repository(folder: Path) -> Path:
+    """A repository whose ``brain_tissue_seg`` is the committed model exported to ONNX (made once per demo run)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    build_repository(export_onnx(folder.parent / "onnx-model" / "model.onnx"), folder, "brain_tissue_seg")
+    return folder
 
 
 def run_remote(schemes: list[str], inputs: dict[str, Path], bundle: Path, args: argparse.Namespace) -> list[Result]:
@@ -185,7 +208,7 @@ def report(results: list[Result], reserved: list[str]) -> None:
         print(
             f"{r.app:<8}{r.backend:<10}{r.kind:<8}{r.seconds:>9.1f}"
             + "".join(f"{r.dice[label]:>20.4f}" for label in sorted(LABELS))
-            + f"{'yes' if r.same_labels else 'NO':>18}"
+            + f"{'yes' if r.differing == 0 else f'{r.differing} voxels' + ('' if r.labels_ok else ' NO'):>18}"
         )
     print(f"\nDice target: >= {DICE_TARGET} for each tissue, on the full 197x233x189 volume.")
     print("app: apps/brain_tissue_seg; bundle: apps/bundle_seg with the sample model as a MONAI Bundle.")

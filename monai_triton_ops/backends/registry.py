@@ -4,6 +4,7 @@ A spec names where the model runs, chosen at run time (command line, environment
 
     torch                           in-process TorchScript (default)
     torch?device=cuda               options ride in the query string, typed by the backend's options
+    onnx?intra_op_threads=2         in-process ONNX Runtime (model.onnx)
     triton                          in-process Triton server (C API)
     grpc://HOST:PORT                remote Triton over gRPC (grpcs:// for TLS)
     grpc://H1:8001,H2:8001          several servers (failover)
@@ -57,6 +58,7 @@ _REMOTE = "monai_triton_ops.backends.remote.backend:RemoteBackend"
 _REMOTE_HINT = "the remote backend needs tritonclient: pip install 'tritonclient[grpc,http]'"
 _registry: dict[str, BackendEntry] = {
     "torch": BackendEntry(target="monai_triton_ops.backends.torchscript:TorchScriptBackend"),
+    "onnx": BackendEntry(target="monai_triton_ops.backends.onnx:OnnxBackend", hint="pip install onnxruntime onnx"),
     "triton": BackendEntry(
         target="monai_triton_ops.backends.inprocess.backend:InProcessBackend",
         hint="the in-process backend needs the Triton server library: pip install --no-deps nvidia-pytriton==0.7.0, "

@@ -26,6 +26,7 @@ from .config import ConfigOptions, options_from_config, parse_config, render_con
 from .describe import ModelDescription, describe
 from .entry import EntryKeywords, EntryPlan, plan_entry
 from .naming import libtorch_naming, rename
+from .onnx_model import is_onnx_file
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -34,6 +35,9 @@ logger = logging.getLogger(__name__)
 
 RUNNER = Path(__file__).parent / "runner" / "model.py"
 RUNNER_FILENAME = "model.py"
+#: Beside an ONNX entry's runner config: the same model for Triton's own ONNX Runtime backend, which a server
+#: with that backend selects with ``tritonserver --model-config-name=onnxruntime``.
+ONNXRUNTIME_CONFIG = Path("configs") / "onnxruntime.pbtxt"
 _STAGING_ATTEMPTS = 5
 
 
@@ -61,6 +65,11 @@ def render_entry(plan: EntryPlan) -> tuple[ModelSignature, str]:
     signature = description.signature
     if plan.template is not None:
         signature = plan.template.apply(signature)
+    if description.model_format == "onnx" and (plan.input_names or plan.output_names):
+        raise ConfigError(
+            f"model {signature.name!r}: an ONNX model's tensors keep the names of its graph "
+            f"(inputs {list(signature.input_names)}, outputs {list(signature.output_names)}); rename them at export"
+        )
     signature = rename(signature, plan.input_names, plan.output_names)
     if plan.options.flavor == "libtorch":
         for warning in libtorch_naming(signature, description.argument_names):
@@ -99,7 +108,7 @@ def build_repository(
     signature, text = render_entry(plan)
 
     def write(staging: Path) -> None:
-        _write_entry(staging, Path(model_path), text, version, options)
+        _write_entry(staging, Path(model_path), text, version, options, signature)
         for relative, content in (extra_files or {}).items():
             extra = staging / relative
             extra.parent.mkdir(parents=True, exist_ok=True)
@@ -174,9 +183,18 @@ def check_config_text(text: str, signature: ModelSignature, options: ConfigOptio
 
 def _check_servable(description: ModelDescription, options: ConfigOptions) -> None:
     model = description.signature.name
+    if description.model_format == "onnx":
+        if options.flavor == "libtorch":
+            raise ConfigError(
+                f"model {model!r} is ONNX, which the libtorch backend cannot serve; build it with --flavor python "
+                "(the runner serves it through ONNX Runtime; an onnxruntime config is written beside it)"
+            )
+        return
+    if options.flavor == "onnxruntime":
+        raise ConfigError(f"model {model!r}: the onnxruntime flavour serves ONNX files, got {description.model_format}")
     if description.model_format != "torchscript":
         raise ConfigError(
-            f"model {model!r}: a repository entry needs TorchScript, got a {description.model_format} file; "
+            f"model {model!r}: a repository entry needs TorchScript or ONNX, got a {description.model_format} file; "
             "export the network with torch.jit.script/trace (monai.data.save_net_with_metadata keeps its metadata)"
         )
     if options.flavor == "libtorch" and description.returns_dict:
@@ -208,13 +226,21 @@ def _check_free(target: Path, name: str, force: bool) -> None:
         raise RepositoryError(f"{str(target)!r} is not a model folder; remove it by hand")
 
 
-def _write_entry(folder: Path, model_path: Path, text: str, version: int, options: ConfigOptions) -> None:
+def _write_entry(
+    folder: Path, model_path: Path, text: str, version: int, options: ConfigOptions, signature: ModelSignature
+) -> None:
     version_dir = folder / str(version)
     version_dir.mkdir()
     (folder / layout.CONFIG_FILENAME).write_text(text, encoding="utf-8")
     shutil.copyfile(model_path, version_dir / options.model_filename)
     if options.flavor == "python":
         shutil.copyfile(RUNNER, version_dir / RUNNER_FILENAME)
+    if options.flavor == "python" and is_onnx_file(options.model_filename):
+        onnxruntime = replace(options, flavor="onnxruntime")
+        other = render_config(replace(signature, version=None), onnxruntime)
+        check_config_text(other, signature, onnxruntime)
+        (folder / ONNXRUNTIME_CONFIG).parent.mkdir(exist_ok=True)
+        (folder / ONNXRUNTIME_CONFIG).write_text(other, encoding="utf-8")
 
 
 def _swap_in(staging: Path, target: Path, name: str, force: bool) -> None:

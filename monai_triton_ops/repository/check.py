@@ -142,6 +142,8 @@ def _check_version(
         if network is not None and not (folder.parent.parent / network / layout.CONFIG_FILENAME).is_file():
             issues.append(f"it wraps the network {network!r}, which this repository does not hold")
         return None, issues
+    if kind in (servable.ONNX, servable.ONNXRUNTIME):
+        return _check_onnx(folder, entry, kind, declared)
     if kind not in (servable.TORCHSCRIPT, servable.LIBTORCH, servable.MODEL_FILE):
         return None, []  # another platform's file: Triton checks it when it loads it
     path = folder / entry.model_filename
@@ -162,6 +164,33 @@ def _check_version(
         return None, [*issues, str(exc)]
     if declared is not None:
         issues += differences(declared, in_file)
+    return in_file, issues
+
+
+def _check_onnx(
+    folder: Path, entry: LocalEntry, kind: str, declared: ModelSignature | None
+) -> tuple[ModelSignature | None, list[str]]:
+    """An ONNX entry: its file parses as ONNX, and its graph has and takes every declared tensor."""
+    from .onnx_model import DEFAULT_ONNX_FILENAME, graph_conflicts, read_onnx
+
+    filename = (
+        entry.model_filename
+        if entry.config is None or entry.config.default_model_filename or kind == servable.ONNX
+        else DEFAULT_ONNX_FILENAME
+    )
+    path = folder / filename
+    if not path.is_file():
+        return None, [f"no {filename!r} in {str(folder)!r}"]
+    issues = []
+    if kind == servable.ONNX and not (folder / RUNNER_FILENAME).is_file():
+        issues.append(f"no {RUNNER_FILENAME} runner for the python backend (rebuild with 'monai-triton repo build')")
+    try:
+        model = read_onnx(path, entry.name)
+        in_file = model.signature(entry.name)
+    except MonaiTritonError as exc:
+        return None, [*issues, str(exc)]
+    if declared is not None:
+        issues += graph_conflicts(declared, model)
     return in_file, issues
 
 

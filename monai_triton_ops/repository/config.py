@@ -6,6 +6,8 @@ so what we write is what Triton parses. Two flavours:
 ``python``    ``backend: "python"`` with our TorchScript runner ``model.py`` (what the local server runs)
 ``libtorch``  ``platform: "pytorch_libtorch"`` (NGC Triton containers); how that backend maps tensor
               names is in ``naming.py``
+``onnxruntime`` ``platform: "onnxruntime_onnx"`` for an ONNX model (Triton's ONNX Runtime backend); the
+              python flavour serves the same ``model.onnx`` through the runner's ONNX Runtime session
 
 The MONAI metadata travels in ``parameters["monai_metadata"]`` (a JSON string), so a remote client
 learns channel meanings from the server alone. Protobuf drops zero scalars, but Triton needs
@@ -32,15 +34,17 @@ from . import layout
 from .metadata import parse_metadata_text
 from .naming import libtorch_naming
 
-FLAVORS = ("python", "libtorch")
+FLAVORS = ("python", "libtorch", "onnxruntime")
 INSTANCE_KINDS = ("KIND_AUTO", "KIND_CPU", "KIND_GPU", "KIND_MODEL")
 #: ``parameters`` keys this package owns.
 METADATA_PARAMETER = "monai_metadata"
 TORCHSCRIPT_PARAMETER = "torchscript_filename"
 LIBTORCH_PLATFORM = "pytorch_libtorch"
+ONNXRUNTIME_PLATFORM = "onnxruntime_onnx"
 #: Parameters a flavour always sets (libtorch: run under torch.inference_mode, like our runner).
 _FLAVOR_PARAMETERS: Mapping[str, Mapping[str, str]] = MappingProxyType(
-    {"python": MappingProxyType({}), "libtorch": MappingProxyType({"INFERENCE_MODE": "true"})}
+    {"libtorch": MappingProxyType({"INFERENCE_MODE": "true"})}
+    | dict.fromkeys(("python", "onnxruntime"), MappingProxyType({}))
 )
 #: Top-level ``ModelConfig`` fields that the signature and ``ConfigOptions`` model; the rest is ``extra``.
 MODELLED_FIELDS = frozenset(
@@ -176,6 +180,9 @@ def config_text(config: pb.ModelConfig) -> str:
 def _set_flavor(config: pb.ModelConfig, options: ConfigOptions) -> None:
     if options.flavor == "libtorch":
         config.platform = LIBTORCH_PLATFORM
+        config.default_model_filename = options.model_filename
+    elif options.flavor == "onnxruntime":
+        config.platform = ONNXRUNTIME_PLATFORM
         config.default_model_filename = options.model_filename
     else:
         config.backend = "python"
@@ -371,10 +378,12 @@ def _flavor(config: pb.ModelConfig) -> str:
         return "libtorch"
     if config.backend == "python":
         return "python"
+    if config.platform == ONNXRUNTIME_PLATFORM or config.backend == "onnxruntime":
+        return "onnxruntime"
     found = config.platform or config.backend or "none"
     raise ConfigError(
         f"model {config.name!r}: platform/backend {found!r} is not one this package writes "
-        f"(expected platform {LIBTORCH_PLATFORM!r} or backend 'python')"
+        f"(expected platform {LIBTORCH_PLATFORM!r}, {ONNXRUNTIME_PLATFORM!r} or backend 'python')"
     )
 
 

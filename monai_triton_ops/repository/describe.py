@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from ..errors import ConfigError
 from ..signature import ModelSignature, dtype_of
 from .metadata import example_shapes, network_format, output_names, read_bundle_metadata, signature_from_metadata
+from .onnx_model import is_onnx_file, read_onnx
 from .probe import LoadedModel, Shape, check_input_count, load_model, probe_signature, verify_signature
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ class ModelDescription:
 
     signature: ModelSignature
     source: str  # "model metadata", "bundle metadata" or "probe"
-    model_format: str  # "torchscript" or "pt2"
+    model_format: str  # "torchscript", "pt2" or "onnx"
     argument_names: tuple[str, ...]  # forward() arguments: the names libtorch accepts for inputs
     verified: bool  # the model ran on a concrete shape and matched the signature
     returns_dict: bool = False  # forward() is declared to return a dict (libtorch cannot serve it)
@@ -93,6 +94,8 @@ def describe_model(model_path: str | Path, name: str, **keywords: Unpack[SourceK
 def describe(given: ModelSource) -> ModelDescription:
     """The signature of ``given``'s model, where it came from, and whether a run confirmed it."""
     name = given.name
+    if is_onnx_file(given.path):
+        return _describe_onnx(given)
     model = load_model(given.path, name)
     shapes = _shapes(name, given.input_shapes)
     dtypes = _dtypes(name, given.input_dtypes, shapes)
@@ -123,6 +126,30 @@ def describe(given: ModelSource) -> ModelDescription:
         signature=signature, source=origin, model_format=model.format,
         argument_names=model.argument_names, verified=verified, returns_dict=model.returns_dict,
     )  # fmt: skip
+
+
+def _describe_onnx(given: ModelSource) -> ModelDescription:
+    """An ONNX graph declares its tensors: names, dtypes and dims (-1 for dynamic axes) come from it.
+
+    MONAI metadata comes from the file's ``metadata_props``, else from the bundle's; given shapes and dtypes
+    are checked against the graph's.
+    """
+    model = read_onnx(given.path, given.name)
+    signature = model.signature(given.name, max_batch_size=given.max_batch_size, version=given.version)
+    meta, origin = model.metadata, "model graph"
+    if meta is None and given.bundle_metadata is not None:
+        meta, origin = read_bundle_metadata(given.bundle_metadata), "model graph and bundle metadata"
+        signature = replace(signature, metadata=meta)
+    shapes = _shapes(given.name, given.input_shapes)
+    if shapes is not None:
+        _check_shapes(signature, shapes)
+    dtypes = _dtypes(given.name, given.input_dtypes, shapes)
+    if dtypes is not None:
+        _check_dtypes(signature, dtypes)
+    names = tuple(t.name for t in signature.inputs)
+    return ModelDescription(
+        signature=signature, source=origin, model_format="onnx", argument_names=names, verified=False
+    )
 
 
 def _renamed_outputs(signature: ModelSignature, keys: list[Any]) -> ModelSignature:

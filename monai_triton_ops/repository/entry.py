@@ -22,6 +22,7 @@ from . import layout
 from .config import ConfigOptions, DynamicBatching, InstanceGroup, VersionPolicy
 from .describe import ExampleKeywords, ModelSource
 from .like import Template, read_template
+from .onnx_model import DEFAULT_ONNX_FILENAME, is_onnx_file
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ def plan_entry(model_path: str | Path, name: str | None, keywords: EntryKeywords
     base = template.options(flavor) if template is not None else ConfigOptions(flavor=flavor or "python")
     return EntryPlan(
         source=source,
-        options=_override(base, keywords, name, max_batch_size),
+        options=_override(base, keywords, name, max_batch_size, Path(model_path)),
         input_names=tuple(keywords.get("input_names") or ()),
         output_names=tuple(keywords.get("output_names") or ()),
         template=template,
@@ -103,7 +104,7 @@ def _needs_probe(path: Path, bundle_metadata: str | Path | None) -> bool:
     """
     from .metadata import read_torchscript_metadata
 
-    if bundle_metadata is not None or not path.is_file():
+    if bundle_metadata is not None or not path.is_file() or is_onnx_file(path):
         return False
     try:
         return read_torchscript_metadata(path) is None
@@ -111,7 +112,9 @@ def _needs_probe(path: Path, bundle_metadata: str | Path | None) -> bool:
         return False  # not TorchScript: describe() says what it is
 
 
-def _override(base: ConfigOptions, keywords: EntryKeywords, name: str, max_batch_size: int) -> ConfigOptions:
+def _override(
+    base: ConfigOptions, keywords: EntryKeywords, name: str, max_batch_size: int, path: Path
+) -> ConfigOptions:
     """``base`` (the template's options, or the defaults) with every explicit keyword applied."""
     changes: dict[str, Any] = {}
     if keywords.get("dynamic_batching") is not None:
@@ -132,4 +135,6 @@ def _override(base: ConfigOptions, keywords: EntryKeywords, name: str, max_batch
         changes["parameters"] = {**base.parameters, **dict(keywords["parameters"])}
     if keywords.get("model_filename"):
         changes["model_filename"] = keywords["model_filename"]
+    elif is_onnx_file(path) and base.model_filename == layout.DEFAULT_MODEL_FILENAME:
+        changes["model_filename"] = DEFAULT_ONNX_FILENAME
     return replace(base, **changes)

@@ -27,6 +27,8 @@ from ..server.capabilities import wants_gpu as wants_gpu
 
 # Folder kinds, as ``repo check`` prints them.
 TORCHSCRIPT = "torchscript"
+ONNX = "onnx"  # an ONNX file served by the python runner (ONNX Runtime inside it)
+ONNXRUNTIME = "onnxruntime_onnx"  # Triton's own ONNX Runtime backend
 LIBTORCH = "torchscript/libtorch"
 PYTHON_MODEL = "python model"
 WHOLE_VOLUME = "whole volume"
@@ -45,7 +47,8 @@ def kind_of(config: Any, has_versions: bool) -> str:
     backend = backend_of(config)
     if backend == "python":
         if TORCHSCRIPT_PARAMETER in config.parameters:
-            return TORCHSCRIPT
+            filename = str(config.parameters[TORCHSCRIPT_PARAMETER].string_value)
+            return ONNX if filename.lower().endswith(".onnx") else TORCHSCRIPT
         return WHOLE_VOLUME if wrapped_network(config) else PYTHON_MODEL
     if backend == "pytorch":
         return LIBTORCH
@@ -71,6 +74,8 @@ def wrapped_network(config: Any) -> str | None:
 def uses(kind: str, config: Any, capabilities: Capabilities | None) -> tuple[list[str], list[str]]:
     """``(what the folder can be used for, what not and why)``; ``capabilities`` of this machine's Triton, if any."""
     yes, no = [], []
+    if kind in (ONNX, ONNXRUNTIME):
+        yes.append("the onnx backend")
     if kind in (TORCHSCRIPT, LIBTORCH, MODEL_FILE):
         yes.append("the torch backend")
     else:
@@ -98,4 +103,8 @@ def uses(kind: str, config: Any, capabilities: Capabilities | None) -> tuple[lis
         yes.append("NGC Triton containers")
     elif kind in (TORCHSCRIPT, PYTHON_MODEL):
         yes.append("NGC Triton containers with what its model.py imports (torch) installed")
+    elif kind == ONNX:
+        yes.append("NGC Triton containers: tritonserver --model-config-name=onnxruntime (configs/onnxruntime.pbtxt)")
+    elif kind == ONNXRUNTIME:
+        yes.append("NGC Triton containers (Triton's onnxruntime backend)")
     return yes, no

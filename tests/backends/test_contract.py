@@ -186,8 +186,27 @@ def _triton(repo: Path) -> Iterator[Factory]:
             backend.close(timeout_s=60)
 
 
+@contextmanager
+def _onnx(repo: Path) -> Iterator[Factory]:
+    """The same models exported to ONNX (``tests/onnx_models.py``), run by ONNX Runtime in this process."""
+    from ..onnx_models import onnx_repository
+
+    scratch = repo.parent.parent / f"onnx-{repo.parent.name}"
+    onnx_repo = scratch / "repo"
+    if not onnx_repo.is_dir():
+        onnx_repository(CASES, repo, onnx_repo, scratch / "models")
+
+    def make(name: str, **options: Any) -> BaseBackend:
+        if name == "text":
+            pytest.skip("no ONNX model with string tensors here (ONNX has no string-length op to build one from)")
+        return create_backend("onnx", name, model_repository=onnx_repo, **options)
+
+    yield make
+
+
 BACKENDS: dict[str, Callable[[Path], AbstractContextManager[Factory]]] = {
     "torch": _torch,
+    "onnx": _onnx,
     "mock": _mock,
     "triton": _triton,
 }

@@ -55,7 +55,7 @@ def test_backends_not_in_this_installation_say_so(spec: str, unet_repo: Path, mo
 @pytest.mark.parametrize(
     ("spec", "match"),
     [
-        ("tensorrt", "unknown backend spec 'tensorrt'; expected one of: torch, triton, grpc://HOST:PORT"),
+        ("tensorrt", "unknown backend spec 'tensorrt'; expected one of: torch, onnx, triton, grpc://HOST:PORT"),
         ("", "empty backend spec"),
         ("grpc://localhost", r"expected grpc://HOST:PORT"),
         ("http://:8000", r"expected http://HOST:PORT"),

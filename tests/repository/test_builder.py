@@ -89,7 +89,7 @@ def test_libtorch_refuses_dict_outputs(model_files: dict[str, Path], tmp_path: P
 
 
 def test_a_pt2_file_cannot_be_a_repository_entry(unet_pt2: Path, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="a repository entry needs TorchScript, got a pt2 file"):
+    with pytest.raises(ConfigError, match="a repository entry needs TorchScript or ONNX, got a pt2 file"):
         build_repository(unet_pt2, tmp_path / "repo", "unet")
     assert not (tmp_path / "repo" / "unet").exists()
 

@@ -114,7 +114,7 @@ def test_dynamic_batching_must_fit_max_batch_size(options: ConfigOptions, max_ba
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: ConfigOptions(flavor="onnx"), "flavor must be one of python, libtorch, got 'onnx'"),
+        (lambda: ConfigOptions(flavor="onnx"), "flavor must be one of python, libtorch, onnxruntime, got 'onnx'"),
         (lambda: InstanceGroup(kind="tpu"), "instance kind must be one of"),
         (lambda: InstanceGroup(count=0), "instance count must be >= 1, got 0"),
         (lambda: DynamicBatching(preferred_batch_sizes=(0,)), r"preferred_batch_sizes must be >= 1, got \[0\]"),
@@ -223,8 +223,10 @@ def test_a_hand_written_config_for_another_backend_still_gives_a_signature() -> 
     assert sig.inputs == (TensorSpec(name="INPUT_0", dtype="FP32", shape=(-1, 1, 96, 96, 96)),)
     assert sig.outputs == (TensorSpec(name="OUTPUT_0", dtype="BYTES", shape=(1,)),)
     assert (sig.version, sig.max_batch_size, dict(sig.metadata)) == (2, 0, {})
-    with pytest.raises(ConfigError, match="platform/backend 'onnxruntime_onnx' is not one this package writes"):
-        options_from_config(config)
+    assert options_from_config(config).flavor == "onnxruntime"  # Triton's ONNX Runtime backend: written for .onnx
+    other = parse_config(HAND_WRITTEN.replace("onnxruntime_onnx", "tensorrt_plan"))
+    with pytest.raises(ConfigError, match="platform/backend 'tensorrt_plan' is not one this package writes"):
+        options_from_config(other)
 
 
 @pytest.mark.parametrize(
