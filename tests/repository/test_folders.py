@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from monai_triton_ops.cli import main
 from monai_triton_ops.repository import servable
@@ -17,6 +18,7 @@ from monai_triton_ops.repository.check import check_repository, describe_path, l
 
 from .. import triton_models
 from ..conftest import UNET_META, save_model, tiny_unet
+from ..onnx_models import save_onnx
 from .test_like import APP_SDK_CONFIG
 
 pytestmark = pytest.mark.usefixtures("restore_console")
@@ -98,9 +100,18 @@ def test_another_platform_and_a_gpu_config(
         pytest.skip("needs a local Triton without the onnxruntime backend (the wheel's)")
     repo = tmp_path / "repo"
     (repo / "onnx" / "1").mkdir(parents=True)
-    (repo / "onnx" / "1" / "model.onnx").write_bytes(b"not checked: Triton's onnxruntime backend reads it")
+    save_onnx(  # the config's tensors, batch dynamic: repo check reads the graph against config.pbtxt
+        torch.nn.Conv3d(1, 2, 1),
+        repo / "onnx" / "1" / "model.onnx",
+        [torch.zeros(1, 1, 96, 96, 96)],
+        input_names=["INPUT_0"],
+        output_names=["OUTPUT_0"],
+        dynamic={"INPUT_0": [0], "OUTPUT_0": [0]},
+    )
     (repo / "onnx" / "config.pbtxt").write_text(
-        APP_SDK_CONFIG.replace('platform: "pytorch_libtorch"', 'platform: "onnxruntime_onnx"')
+        APP_SDK_CONFIG.replace('platform: "pytorch_libtorch"', 'platform: "onnxruntime_onnx"').replace(
+            "model_spleen_ct_segmentation_v1.ts", "model.onnx"
+        )
     )
     triton_models.identity(repo, "gpu")
     config = repo / "gpu" / "config.pbtxt"

@@ -1,4 +1,4 @@
-"""TorchScript runner for the Triton Python backend; copied verbatim to ``<repo>/<name>/<version>/model.py``.
+"""TorchScript (and ONNX) runner for the Triton Python backend; copied verbatim to ``<repo>/<name>/<version>/model.py``.
 
 It loads the TorchScript file named by the ``torchscript_filename`` parameter (``model.pt`` by
 default) from its version folder, takes tensor names (any names: inputs are passed to ``forward`` in
@@ -11,7 +11,8 @@ something here, so a configuration taken from an NGC deployment behaves the same
 Tensors cross the Triton boundary by DLPack only: the Python backend stub is built against numpy
 1.x, and with numpy 2 ``pb_utils.Tensor(name, ndarray)`` and ``.as_numpy()`` silently carry 0 bytes.
 The file needs nothing but torch and the backend's ``triton_python_backend_utils``, so it runs in
-any Triton container with torch installed.
+any Triton container with torch installed. A model file ending in ``.onnx`` is run by ONNX Runtime on the
+CPU instead (``onnxruntime`` installed too): the bundled server has no ONNX Runtime backend of its own.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ except ImportError:  # imported outside Triton, e.g. to test the pure helpers be
     pb_utils = None
 
 TORCHSCRIPT_PARAMETER = "torchscript_filename"
+#: A model file with this suffix runs through ONNX Runtime instead of TorchScript.
+ONNX_SUFFIX = ".onnx"
 DEFAULT_FILENAME = "model.pt"
 _TRUE = ("true", "1", "yes", "on")
 #: Triton config dtype -> torch dtype (BYTES has none: DLPack cannot carry it).
@@ -68,8 +71,12 @@ class TritonPythonModel:
         if threads.isdigit() and int(threads) > 0:
             torch.set_num_threads(int(threads))
         self.device = _device(args)
-        self.module = torch.jit.load(path, map_location=self.device)  # type: ignore[no-untyped-call]
-        self.module.eval()
+        if path.lower().endswith(ONNX_SUFFIX):
+            self.device = torch.device("cpu")  # ONNX Runtime's CPU provider: its tensors are host memory
+            self.module: Any = OnnxModule(path, self.input_names, int(threads) if threads.isdigit() else 0)
+        else:
+            self.module = torch.jit.load(path, map_location=self.device)  # type: ignore[no-untyped-call]
+            self.module.eval()
 
     def execute(self, requests: list[Any]) -> list[Any]:
         """Stack same-shaped requests into one batch when the model batches; else run each alone."""
@@ -126,25 +133,60 @@ class TritonPythonModel:
         return unalias(outputs, inputs)
 
 
+class OnnxModule:
+    """An ONNX file run by ONNX Runtime, called like a TorchScript module: tensors in, a tuple of tensors out.
+
+    Inputs are fed by the configuration's names when the graph has them, else by position (config order);
+    torch and numpy share the memory both ways, so nothing is copied here.
+    """
+
+    def __init__(self, path: str, input_names: Sequence[str], threads: int = 0) -> None:
+        import onnxruntime
+
+        settings = onnxruntime.SessionOptions()
+        settings.intra_op_num_threads = threads
+        settings.add_session_config_entry("session.intra_op.allow_spinning", "0")  # leave idle cores to others
+        settings.log_severity_level = 3
+        self.session = onnxruntime.InferenceSession(path, sess_options=settings, providers=["CPUExecutionProvider"])
+        graph = [i.name for i in self.session.get_inputs()]
+        self.feeds = list(input_names) if set(input_names) == set(graph) else graph
+
+    def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        feeds = {name: tensor.detach().cpu().numpy() for name, tensor in zip(self.feeds, inputs, strict=True)}
+        return tuple(torch.from_numpy(array) for array in self.session.run(None, feeds))
+
+
 def name_results(model: str, names: Sequence[str], result: Any) -> dict[str, torch.Tensor]:
     """Name a model's raw result as the configuration does (same rules as the in-process backend).
 
     A tensor is the first output; a tuple/list maps by position; a dict maps by key when its keys
-    are the configured names, else by insertion order.
+    are the configured names, else by insertion order. Nested results (a dict of lists of tensors, as
+    RetinaNet's heads give, one tensor per feature level) map their tensors depth-first in order
+    (``flatten_result``).
     """
+    keyed = isinstance(result, Mapping) and set(result) == set(names)
+    if keyed and all(isinstance(result[n], torch.Tensor) for n in names):
+        return {n: result[n] for n in names}
+    values = flatten_result(model, result)
+    if len(values) != len(names):
+        raise TypeError(f"model '{model}' returned {len(values)} tensor(s), the config declares outputs {list(names)}")
+    return dict(zip(names, values, strict=True))
+
+
+def flatten_result(model: str, result: Any) -> list[torch.Tensor]:
+    """A result's tensors depth-first: dict values in insertion order, tuple/list items in order."""
     if isinstance(result, torch.Tensor):
-        values: list[Any] = [result]
-    elif isinstance(result, Mapping):
-        if set(result) == set(names):
-            return {n: result[n] for n in names}
-        values = list(result.values())
+        return [result]
+    if isinstance(result, Mapping):
+        items: list[Any] = list(result.values())
     elif isinstance(result, tuple | list):
-        values = list(result)
+        items = list(result)
     else:
         raise TypeError(f"model '{model}' returned {type(result).__name__}, expected tensors")
-    if len(values) != len(names) or not all(isinstance(v, torch.Tensor) for v in values):
-        raise TypeError(f"model '{model}' returned {len(values)} value(s), the config declares outputs {list(names)}")
-    return dict(zip(names, values, strict=True))
+    flat: list[torch.Tensor] = []
+    for item in items:
+        flat.extend(flatten_result(model, item))
+    return flat
 
 
 def same_item_shapes(per_request: Sequence[Sequence[torch.Tensor]]) -> bool:
