@@ -78,11 +78,12 @@ class RegionOwner:
         self._exiting = False
         self._before: list[Callable[[], None]] = []
         self._fork_hook = False
+        self._pid = os.getpid()  # this process (set again in a forked child): a region of another is never touched
 
     # -- moves ------------------------------------------------------------------------------------
     def _move(self, region: SystemRegion, to: State, *, late_ok: bool = False) -> bool:
         """Move ``region`` to ``to`` (the lock held); ``False`` for a late move (``late_ok``) or a foreign region."""
-        if region.pid != os.getpid():
+        if region.pid != self._pid:
             return False
         if to not in MOVES[region.state]:
             if late_ok and region.state in TAKEN:
@@ -114,7 +115,6 @@ class RegionOwner:
         with self._lock:
             if not self._move(region, State.ANNOUNCED, late_ok=True):
                 return False
-            region.announced = True
             janitor.add(region.name, access)
             return True
 
@@ -152,7 +152,7 @@ class RegionOwner:
     def try_unregister(self, region: SystemRegion, timeout_s: float) -> bool:
         """One unregister call for a ``RELEASING`` region; on success it is unlinked. Whether it is gone."""
         with self._lock:
-            if region.state in ENDED or region.pid != os.getpid():
+            if region.state in ENDED or region.pid != self._pid:
                 return True
             if region.state is not State.RELEASING:  # another thread's call is out, or it is not released
                 return False
@@ -181,7 +181,7 @@ class RegionOwner:
         """Unlink now; a region the janitor knows is unregistered by it once the server lets go (``HANDED_OFF``).
         One nobody else knows (``CREATED``) is simply ``UNLINKED``. An ended region stays as it is."""
         with self._lock:
-            if region.state in ENDED or region.pid != os.getpid():
+            if region.state in ENDED or region.pid != self._pid:
                 return
             if region.state is State.CREATED:
                 region.unlink()
@@ -269,6 +269,7 @@ class RegionOwner:
         """In a forked child: the parent's regions are not its own (never unlinked by it); it runs its own program
         (a child forked while its parent exits may create regions)."""
         self._lock = threading.RLock()  # another parent thread may have held it at fork time
+        self._pid = os.getpid()
         self._exiting = False
         self._live.clear()
         self._closed_holders = weakref.WeakSet()

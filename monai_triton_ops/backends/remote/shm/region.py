@@ -57,7 +57,7 @@ class SystemRegion:
     """One region of ``byte_size`` bytes (rounded up to pages), created and mapped by this process.
 
     Made by ``owner.RegionOwner.create`` only (under the lock its exit sweep takes); ``state``, ``holder`` (the
-    pool it serves), ``announced`` (the janitor knows it) and ``unregister`` are the owner's, changed under its lock.
+    pool it serves) and ``unregister`` (its server's call) are the owner's, changed under its lock.
     """
 
     def __init__(self, byte_size: int, holder: object = None) -> None:
@@ -66,7 +66,6 @@ class SystemRegion:
         self.pid = os.getpid()
         self.holder = holder
         self.state: State = State.CREATED
-        self.announced = False
         self.unregister: Unregister | None = None
         self.name = self._create(size)
         self.key = "/" + self.name
