@@ -53,7 +53,7 @@ from .health import Server
 from .opening import Target, open_remote
 from .options import RemoteOptions
 from .protocol import run_line
-from .shm.region import live_regions
+from .shm.owner import owner
 from .volume import served_name
 
 logger = logging.getLogger(__name__)
@@ -194,7 +194,7 @@ class RemoteBackend(BaseBackend):
                 self._fallback.close()
             raise
         self._fleet, self._exchange = opened.fleet, opened.exchange
-        exit_hook.watch(self)  # after the regions' own exit hook: this one runs first (see exit_hook.py)
+        exit_hook.watch(self)  # closed at exit before the regions' sweep (see exit_hook.py)
         self._any_thread = opened.fleet.members.any_thread
         via = "the request body" if opened.exchange.pool is None else "system shared memory"
         logger.info("%r: %d server(s), tensors via %s", self, len(opened.fleet.servers), via)
@@ -346,4 +346,5 @@ class RemoteBackend(BaseBackend):
             names = only.transport.system_shm_names(timeout_s=CONTROL_TIMEOUT_S)
         except CallError as exc:
             raise to_public(exc, model=self.model_name, url=self.url) from exc
-        return [n for n in names if n in set(live_regions())]
+        ours = set(owner.names())
+        return [n for n in names if n in ours]

@@ -8,18 +8,19 @@ unregisters them once the process is gone, as the server finishes their requests
 each HTTP worker closing its own client. Nothing of a request runs in this process after that, so the exit keeps
 the program's own exit code.
 
-``atexit`` runs the hook registered last first; the regions' own hook (``shm/region.py``, registered with a
-backend's first region, at its open) must run after this one: it would unregister each region through an HTTP
-worker still busy with a call, waiting for it. So every open registers this hook again, after its regions.
+The regions' exit sweep must run after this (it would unregister each region through an HTTP worker still busy with
+a call, waiting for it): both are the region owner's one ``atexit`` hook, which runs this first
+(``shm/owner.py``, ``RegionOwner.before_sweep``).
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
 import threading
 import weakref
 from typing import Protocol
+
+from .shm.owner import owner
 
 logger = logging.getLogger(__name__)
 
@@ -28,16 +29,15 @@ class Closable(Protocol):
     def close(self, timeout_s: float | None = None) -> None: ...
 
 
-_open: weakref.WeakSet[Closable] = weakref.WeakSet()  # a backend dropped unclosed leaves its regions to region.py
+_open: weakref.WeakSet[Closable] = weakref.WeakSet()  # a backend dropped unclosed leaves its regions to the sweep
 _lock = threading.Lock()
 
 
 def watch(backend: Closable) -> None:
-    """Close ``backend`` at interpreter exit unless it is closed before; the hook is registered again, last."""
+    """Close ``backend`` at interpreter exit unless it is closed before, ahead of the regions' exit sweep."""
     with _lock:
         _open.add(backend)
-        atexit.unregister(close_open)
-        atexit.register(close_open)
+    owner.before_sweep(close_open)
 
 
 def forget(backend: Closable) -> None:

@@ -5,7 +5,7 @@
    to serve the same model; in volume mode the whole-volume model and the network it wraps (``volume.py``);
    with ``fallback=torch`` and no server ready, the signature of the model in this process;
 2. how tensors travel: a pool of shared memory slots on the one server, or the request body
-   (``shm.pool.open_pool``);
+   (``shm.choice.open_pool``);
 3. the exchange that sends each attempt (``exchange.py``), with the version and the request parameters every
    request carries.
 
@@ -29,7 +29,7 @@ from .fleet import Fleet
 from .health import Server
 from .options import RemoteOptions
 from .protocol import UNKNOWN_SERVER, Served
-from .shm.pool import open_pool
+from .shm.choice import open_pool
 from .volume import describe_volume, missing_volume_model, volume_parameters
 
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from monai_triton_ops import create_backend
 from monai_triton_ops.backends.remote.shm import region as shm
+from monai_triton_ops.backends.remote.shm.owner import owner
 
 
 def _check(backend, value: float) -> None:  # type: ignore[no-untyped-def]
@@ -49,13 +50,13 @@ def main(mode: str, spec: str, model: str, options: str = "{}") -> int:
         signal.signal(signal.SIGTERM, _host_handler)
         print("default before the host's" if unchanged else "changed by the library", flush=True)
     if mode == "hold":
-        print("ready", json.dumps(shm.live_regions()), flush=True)
+        print("ready", json.dumps(owner.names()), flush=True)
         sys.stdin.read()
         return 0
     if mode in ("loop", "host-before", "host-after"):
         handler = signal.getsignal(signal.SIGTERM)
         who = "host" if handler is _host_handler else "default" if handler is signal.SIG_DFL else repr(handler)
-        print("ready", who, json.dumps(shm.live_regions()), flush=True)
+        print("ready", who, json.dumps(owner.names()), flush=True)
         i = 0
         while True:
             i += 1
@@ -63,11 +64,11 @@ def main(mode: str, spec: str, model: str, options: str = "{}") -> int:
     if mode == "run":
         for i in range(200):
             _check(backend, float(i))
-        print("regions", json.dumps(shm.live_regions()), flush=True)
+        print("regions", json.dumps(owner.names()), flush=True)
         backend.close()
         return 0
     if mode == "fork":
-        mine = shm.live_regions()
+        mine = owner.names()
         pid = os.fork()
         if pid == 0:
             try:
@@ -84,7 +85,7 @@ def main(mode: str, spec: str, model: str, options: str = "{}") -> int:
         backend.close()
         return 0
     if mode == "stuck":
-        mine = shm.live_regions()
+        mine = owner.names()
         transport = backend._fleet.members.only_server().transport  # type: ignore[attr-defined]
 
         def refuse(name: str, *, timeout_s: float) -> None:

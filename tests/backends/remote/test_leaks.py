@@ -1,4 +1,5 @@
-"""2,000 requests after warm-up leave this client's memory, open files, threads and /dev/shm as they were."""
+"""2,000 requests after warm-up, and open/close cycles with requests in flight at every close, leave this client's
+memory, open files, threads and /dev/shm as they were."""
 
 from __future__ import annotations
 
@@ -12,24 +13,29 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from monai_triton_ops import create_backend
 from monai_triton_ops.backends.remote.shm import region as shm
 from monai_triton_ops.server import LocalTritonServer, TritonInstall
 
 from ... import triton_models
 from ...server.conftest import wait_until
-from .conftest import Open, serve, url
+from .conftest import Open, registered_by_us, serve, url
 
 pytestmark = pytest.mark.triton
 WARM_UP = 200
 REQUESTS = 2000
 MAX_IN_FLIGHT = 2
 SLOTS_BEYOND_IN_FLIGHT = 4  # RemoteBackend's pool: max_in_flight + 4 slots at most
+#: Open/close cycles after the first (whose threads and channels are the baseline), each closed with this many
+#: requests in flight on a model that takes ``SLOW_S`` a request.
+CYCLES, IN_FLIGHT_AT_CLOSE, SLOW_S = 2, 4, 0.2
 
 
 @pytest.fixture(scope="module")
 def server(triton_install: TritonInstall, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTritonServer]:
     repo = tmp_path_factory.mktemp("leaks") / "repo"
     triton_models.identity(repo, "ident", dims=(-1, -1))
+    triton_models.slow(repo, "slow", delay_s=SLOW_S)
     yield from serve(repo, tmp_path_factory.mktemp("server_tmp"))
 
 
@@ -106,3 +112,38 @@ def test_two_thousand_requests_leak_nothing(server: LocalTritonServer, open_back
     # The pool may still grow to its bound (requests in flight + results not yet dropped), never past it.
     assert regions_before <= regions_after <= MAX_IN_FLIGHT + SLOTS_BEYOND_IN_FLIGHT
     assert rss_after <= rss_before * 1.05, (rss_before, rss_after)
+
+
+@pytest.mark.parametrize("scheme", ["grpc", "http"])
+def test_open_close_cycles_with_requests_in_flight_leave_threads_fds_and_regions_flat(
+    server: LocalTritonServer, scheme: str
+) -> None:
+    """A long-running host opens a backend, sends requests and closes it before they are answered, again and again:
+    every cycle's regions are unlinked at its close (those the server still holds handed to the janitor, which
+    unregisters them once it lets go), its threads and channels end; nothing grows from cycle to cycle."""
+    foreign = frozenset(_region_names())
+    spec = f"{url(server, scheme)}?shared_memory=system&max_in_flight={IN_FLIGHT_AT_CLOSE}"
+    x = np.ones(256, np.float32)
+
+    def cycle() -> None:
+        backend = create_backend(spec, "slow").open()
+        futures = [backend.submit({"INPUT__0": x + i}) for i in range(IN_FLIGHT_AT_CLOSE)]
+        # Every request has its slot registered, so it is on its way to the server (one at a time runs there).
+        assert wait_until(lambda: len(registered_by_us(server)) >= IN_FLIGHT_AT_CLOSE, 30.0)
+        assert not all(f.done() for f in futures)
+        backend.close(timeout_s=0)
+        for i, future in enumerate(futures):  # answered before the close, or failed by it: never lost silently
+            if future.exception(timeout=60) is None:
+                np.testing.assert_array_equal(future.result()["OUTPUT__0"], x + i)
+        assert not _region_names() - foreign  # unlinked at the close, whatever the server still runs
+
+    cycle()
+    before = _snapshot(foreign)
+    for _ in range(CYCLES):
+        cycle()
+    after = _settled_against(before, foreign)
+    print(f"{scheme}: {CYCLES} cycles after the first; before {before}, after {after}")
+    assert all(after[key] <= before[key] for key in before if key != "regions"), (before, after, _thread_names())
+    assert after["regions"] == 0
+    # The janitor unregisters what the server held once it has run the abandoned requests (SLOW_S each).
+    assert wait_until(lambda: not registered_by_us(server), 30.0), registered_by_us(server)

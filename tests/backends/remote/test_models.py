@@ -16,6 +16,7 @@ import torch
 
 from monai_triton_ops import create_backend
 from monai_triton_ops.backends.remote.shm import region as shm
+from monai_triton_ops.backends.remote.shm.owner import owner
 from monai_triton_ops.errors import (
     BackendSpecError,
     ConfigError,
@@ -224,7 +225,7 @@ def test_regions_are_registered_at_offset_zero_and_tensors_packed_in_one(
             np.testing.assert_array_equal(out[f"OUTPUT__{i}"], array)
     ours = backend.shared_memory_regions()
     assert len(ours) == 1  # inputs and outputs of one request share one region, at per-tensor offsets
-    assert set(ours) <= set(shm.live_regions())
+    assert set(ours) <= set(owner.names())
 
 
 def test_a_full_dev_shm_is_seen_before_a_region_is_made(

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from monai_triton_ops.backends.remote.shm import region as shm
+from monai_triton_ops.backends.remote.shm.owner import owner
 from monai_triton_ops.server import LocalTritonServer, TritonInstall
 
 from ... import triton_models
@@ -102,7 +103,7 @@ def test_opening_a_backend_installs_no_signal_handler(server: LocalTritonServer,
     backend = open_backend(f"{server.grpc_url}?shared_memory=system", "ident")
     x = np.arange(64, dtype=np.float32)
     np.testing.assert_array_equal(backend.infer({"INPUT__0": x})["OUTPUT__0"], x)
-    assert shm.live_regions()
+    assert owner.names()
     assert {number: signal.getsignal(number) for number in before} == before
 
 
@@ -134,7 +135,7 @@ def test_two_processes_get_their_own_regions_and_one_closing_leaves_the_other_wo
     assert child.returncode == 0, err[-3000:]
     theirs = json.loads(out.split("regions ", 1)[1])
     assert theirs
-    assert not set(theirs) & set(shm.live_regions())  # pid + random part: no collision
+    assert not set(theirs) & set(owner.names())  # pid + random part: no collision
     for i in range(200):  # the other process closing never unregistered ours
         np.testing.assert_array_equal(mine.infer({"INPUT__0": x + i})["OUTPUT__0"], x + i)
     assert not _files_of(child.pid)
@@ -160,7 +161,7 @@ def test_a_taken_name_is_never_attached_to(
         backend = open_backend(f"{server.grpc_url}?shared_memory=system", "ident")
         x = np.ones(64, np.float32)
         np.testing.assert_array_equal(backend.infer({"INPUT__0": x})["OUTPUT__0"], x)
-        assert foreign.name not in shm.live_regions()
+        assert foreign.name not in owner.names()
         assert foreign.read_bytes() == b"someone else's"
     finally:
         foreign.unlink()

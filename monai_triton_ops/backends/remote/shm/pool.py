@@ -33,10 +33,10 @@ import numpy as np
 
 from ....client.status import CallError, Status
 from ....client.transports.base import Transport
-from ....errors import BackendUnavailableError, ConfigError
-from ..protocol import SYSTEM_SHARED_MEMORY, ServerInfo
-from .janitor import ServerAccess, janitor
-from .region import PAGE, SystemRegion, remove_stale_regions
+from .janitor import ServerAccess
+from .owner import RegionRefusedError, owner
+from .region import SystemRegion
+from .states import State
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +47,7 @@ LEASE_CAP_SLOTS = 16
 #: Deadline of one register/unregister call.
 _CALL_TIMEOUT_S = 5.0
 _REAP_INTERVAL_S = 0.25
+_CLOSED_WHILE_REGISTERING = "the backend closed while a shared memory region was being registered"
 
 
 def _call_timeout(deadline: float | None) -> float:
@@ -97,7 +98,8 @@ class RegionPool:
     """Slots over one transport; thread-safe. Failures to create or register raise (``OSError``, ``CallError``).
 
     At most ``max_slots`` slots exist (requests in flight plus results still leased); past that a request
-    is refused a slot (``PoolExhausted``) rather than a new region being made.
+    is refused a slot (``PoolExhausted``) rather than a new region being made. Every region's state (``owner.py``)
+    is the owner's: the pool asks it to take, lease, give back, quarantine, unregister and hand off.
     """
 
     def __init__(self, transport: Transport, *, max_slots: int = LEASE_CAP_SLOTS) -> None:
@@ -107,12 +109,10 @@ class RegionPool:
         self._lock = threading.Lock()
         self._free: list[Slot] = []
         self._busy: set[Slot] = set()
-        self._quarantined: set[Slot] = set()
         self._leased: dict[Slot, int] = {}  # slot -> arrays still viewing it
         self._returned: deque[Slot] = deque()  # filled by finalisers on any thread; drained under the lock
         self._closed = False
-        self._finished = False
-        self._retiring = False  # a worker is trying the quarantined slots now
+        self._retiring = False  # a worker is trying the quarantined regions now
         self._retry_at = 0.0  # not before this time.monotonic() again
         self.registrations = 0  # how many regions were registered (tests and logs read it)
 
@@ -133,6 +133,8 @@ class RegionPool:
             slot = fitting[0] if fitting else (self._free[-1] if self._free else Slot())
             if slot in self._free:
                 self._free.remove(slot)
+                if slot.region is not None and not owner.take(slot.region):
+                    raise CallError(Status.CANCELLED, "the process is exiting")  # the exit sweep took the region
             self._busy.add(slot)
         try:
             if slot.capacity < byte_size:
@@ -149,19 +151,25 @@ class RegionPool:
         slot.region = None
         if old is not None:
             self._retire(old, deadline)
-        region = SystemRegion(size)
+        try:
+            region = owner.create(size, holder=self)
+        except RegionRefusedError as exc:
+            raise CallError(Status.CANCELLED, str(exc)) from exc
         # The janitor hears of it before the server does: a process killed between the two would leave it
         # registered for good. Unregistering a name the server does not know succeeds, so a registration that
-        # failed (or whose answer never came) stays with the janitor too.
-        janitor.add(region.name, self._access)
-        region.announced = True
+        # failed (or whose answer never came) is handed to the janitor too.
+        if not owner.announce(region, self._access):
+            raise CallError(Status.CANCELLED, _CLOSED_WHILE_REGISTERING)
         try:
             timeout = _time_to_register(deadline)  # what is left after retiring the old region
             self._transport.register_system_shm(region.name, region.key, region.byte_size, timeout_s=timeout)
-        except BaseException:
-            region.close(unregister=False)
+        except BaseException as exc:
+            if region.state is State.HANDED_OFF:  # a close or the exit sweep took it (its file may be gone already)
+                raise CallError(Status.CANCELLED, _CLOSED_WHILE_REGISTERING) from exc
+            owner.hand_off(region)
             raise
-        region.unregister = self._unregister
+        if not owner.registered(region, self._unregister):
+            raise CallError(Status.CANCELLED, _CLOSED_WHILE_REGISTERING)
         slot.region = region
         self.registrations += 1
         logger.debug("registered shared memory region %s (%d bytes)", region.name, region.byte_size)
@@ -170,16 +178,13 @@ class RegionPool:
         """Retire a grown slot's old region as a quarantined one: the server can hold a region a moment after
         its last response (Triton refuses to unregister a region in use, ``SharedMemoryManager::Unregister``), so
         unregistering is tried again until it lets go, not once."""
-        retired = Slot()
-        retired.region = region
-        with self._lock:
-            self._quarantined.add(retired)
-        timeout = _call_timeout(deadline)
-        if timeout > 0:
-            self._try_retire(retired, timeout)  # most often at once; else the next request or close() tries again
+        if owner.quarantine(region):
+            timeout = _call_timeout(deadline)
+            if timeout > 0:
+                owner.try_unregister(region, timeout)  # most often at once; else the next request or close() again
 
-    def _unregister(self, name: str) -> None:
-        self._transport.unregister_system_shm(name, timeout_s=_CALL_TIMEOUT_S)
+    def _unregister(self, name: str, timeout_s: float) -> None:
+        self._transport.unregister_system_shm(name, timeout_s=timeout_s)
 
     # -- leases -----------------------------------------------------------------------------------
     def can_lease(self) -> bool:
@@ -201,12 +206,14 @@ class RegionPool:
             weakref.finalize(base, self._returned.append, slot)  # every view of it keeps ``base`` alive
             arrays.append(base.reshape(shape))
         with self._lock:
+            owner.lease(region)  # False once a close or the exit sweep took it: the arrays stay valid all the same
             self._busy.discard(slot)
             self._leased[slot] = self._leased.get(slot, 0) + len(arrays)
         return arrays
 
     def _drain_returned(self) -> None:
-        """Slots whose arrays are all gone go back to the free list (called with the lock held)."""
+        """Slots whose arrays are all gone go back to the free list (called with the lock held); once the pool is
+        closing, the owner has taken their regions (``close_holder``)."""
         while self._returned:
             slot = self._returned.popleft()
             left = self._leased.get(slot, 0) - 1
@@ -214,187 +221,85 @@ class RegionPool:
                 self._leased[slot] = left
                 continue
             self._leased.pop(slot, None)
-            if self._closed:  # close() unregisters it (never here: this runs under the lock)
-                self._quarantined.add(slot)
-            else:
+            if not self._closed and slot.region is not None and owner.give_back(slot.region):
                 self._free.append(slot)
 
     def release(self, slot: Slot) -> None:
-        """Give back a slot whose request got its response. Once ``close()`` has begun it is retired like a
-        quarantined one: the response can reach us a moment before the server lets go of the region (Triton
-        refuses to unregister a region in use), so unregistering is tried again until it lets go."""
+        """Give back a slot whose request got its response. Once ``close()`` has begun its region is quarantined:
+        the response can reach us a moment before the server lets go of the region (Triton refuses to unregister a
+        region in use), so ``close()`` tries to unregister it until its deadline, then hands it off."""
+        region = slot.region
         with self._lock:
             self._busy.discard(slot)
             if not self._closed:
-                self._free.append(slot)
+                if region is None or owner.give_back(region):
+                    self._free.append(slot)  # else the exit sweep took its region: the slot goes
                 return
-        self.quarantine(slot)
+        if region is not None:
+            owner.quarantine(region)  # False when close() is over: it handed the region off already
 
     def quarantine(self, slot: Slot, *, deadline: float | None = None) -> None:
-        """Retire a slot the server may still be using; it is unlinked once the server lets it go."""
+        """Retire a slot the server may still be using; its region is unlinked once the server lets it go."""
         with self._lock:
             self._busy.discard(slot)
-            self._quarantined.add(slot)
-            finished = self._finished
-        if finished:  # close() is over: one last try, then it goes as close() left the others
-            timeout = _call_timeout(deadline)
-            if (timeout <= 0 or not self._try_retire(slot, timeout)) and slot.region is not None:
-                logger.warning("region %s came back after close: unlinked, left to the janitor", slot.region.name)
-                _to_janitor(slot.region)
-            return
-        self._retire_quarantined(deadline)  # the server often lets go at once (a refused or queue-full request)
+        region = slot.region  # the slot itself is forgotten: never reused
+        if region is not None and owner.quarantine(region):
+            self._retire_quarantined(deadline)  # the server often lets go at once (a refused or queue-full request)
 
     def _retire_quarantined(self, deadline: float | None = None) -> None:
-        """Try to unregister the quarantined slots, on the calling thread, at most every ``_REAP_INTERVAL_S``; each
-        try ends by ``deadline`` (none is made past it: the next request, or ``close()``, tries again)."""
+        """Try to unregister this pool's quarantined regions, on the calling thread, at most every
+        ``_REAP_INTERVAL_S``; each try ends by ``deadline`` (none is made past it: the next request, or ``close()``,
+        tries again)."""
         if _call_timeout(deadline) <= 0:
             return
         with self._lock:
-            if self._closed or self._retiring or not self._quarantined or time.monotonic() < self._retry_at:
+            if self._closed or self._retiring or time.monotonic() < self._retry_at:
                 return
             self._retiring = True
-            pending = list(self._quarantined)
         try:
-            for slot in pending:
+            for region in owner.regions(self, (State.RELEASING,)):
                 timeout = _call_timeout(deadline)
                 if timeout <= 0:
                     break
-                self._try_retire(slot, timeout)
+                owner.try_unregister(region, timeout)
         finally:
             with self._lock:
                 self._retiring = False
                 self._retry_at = time.monotonic() + _REAP_INTERVAL_S
-
-    def _try_retire(self, slot: Slot, timeout_s: float = _CALL_TIMEOUT_S) -> bool:
-        """Unregister a quarantined slot's region; on success unlink it. Returns whether it is gone."""
-        with self._lock:
-            if slot not in self._quarantined:
-                return True
-        region = slot.region
-        if region is not None and not region.closed:
-            try:
-                self._transport.unregister_system_shm(region.name, timeout_s=timeout_s)
-            except Exception as exc:  # most often "currently in use": the server still works on that request
-                logger.debug("region %s not released yet: %s", region.name, exc)
-                return False
-            region.forget_registration()
-            region.close(unregister=False)
-        with self._lock:
-            self._quarantined.discard(slot)
-        return True
-
-    def _retired_by(self, slot: Slot, deadline: float) -> bool:
-        """Whether a quarantined slot is gone: unregistered (a call ending by ``deadline``) and unlinked."""
-        timeout = _call_timeout(deadline)
-        return timeout > 0 and self._try_retire(slot, timeout)
 
     def close(self, deadline: float) -> None:
         """Unregister and unlink every region, retrying until ``deadline`` (every call ends by then too).
 
         The backend has ended or abandoned its calls still out (``Transport.end_calls``): their slots are not
         waited for (the server holds their regions until it has run their requests, whenever the call ends). The
-        free, leased and quarantined slots are unregistered, retried until the deadline while the server has not
-        let go. What is left is unlinked now (the server keeps its mapping) and handed to the janitor, which
+        free and leased regions, and the quarantined ones, are unregistered, retried until the deadline while the
+        server has not let go (a response can reach us a moment before the server lets go: "currently in use"). A
+        leased region's mapping stays until its last array goes. What is left then (those regions, the abandoned
+        requests', one whose registration is still under way) is unlinked now and handed to the janitor, which
         unregisters it once the server lets go.
         """
         with self._lock:
             self._closed = True
             self._drain_returned()
-            free, self._free = self._free, []
-            # Free and leased slots are retired like quarantined ones: a request's response can reach us a
-            # moment before the server lets go of its region ("currently in use"), so unregistering is tried
-            # until the deadline. A leased region's mapping stays until its last array goes.
-            self._quarantined.update(s for s in [*free, *self._leased] if s.region is not None)
+            self._free.clear()
+            owner.close_holder(self)  # no region is created for this pool from now on
         while True:
-            with self._lock:
-                pending = list(self._quarantined)
-            for slot in pending:
-                self._retired_by(slot, deadline)
-            with self._lock:  # read again: a slot whose response came meanwhile was quarantined too
-                pending = list(self._quarantined)
+            for region in owner.regions(self, (State.RELEASING,)):
+                timeout = _call_timeout(deadline)
+                if timeout > 0:
+                    owner.try_unregister(region, timeout)
+            pending = owner.regions(self, (State.RELEASING, State.UNREGISTERING))  # a response that came meanwhile
             if not pending or time.monotonic() >= deadline:
                 break
             time.sleep(_REAP_INTERVAL_S)
         with self._lock:
-            self._finished = True
-            left = [*self._quarantined, *self._busy]
-            self._quarantined.clear()
-        regions = [slot.region for slot in left if slot.region is not None]
-        if regions:
+            self._busy.clear()
+            self._leased.clear()
+        left = owner.hand_off_all(self)
+        if left:
             logger.warning(
                 "%d shared memory region(s) still in use by the server at close (requests it still runs); unlinked "
                 "now, unregistered by the janitor once the server lets go: %s",
-                len(regions),
-                ", ".join(r.name for r in regions),
+                len(left),
+                ", ".join(left),
             )
-        for region in regions:
-            _to_janitor(region)
-
-
-def _to_janitor(region: SystemRegion) -> None:
-    """Unlink ``region`` now; the janitor unregisters it once the server lets go (this process's calls have ended)."""
-    if region.announced:
-        janitor.retire(region.name)
-    region.close(unregister=False)
-
-
-def open_pool(
-    transport: Transport | None,
-    info: ServerInfo,
-    *,
-    mode: str,
-    loopback: bool,
-    max_in_flight: int,
-    model: str,
-    url: str,
-    fleet: str,
-) -> RegionPool | None:
-    """How a backend's tensors travel, decided at open: a pool of slots registered on ``transport``, the fleet's
-    one server (``info``: what it speaks), or ``None`` for the request body.
-
-    ``mode`` is the ``shared_memory`` option: ``none`` never, ``auto`` when the server is on this host's loopback
-    and lists Triton's ``system_shared_memory`` extension, ``system`` always (an error when it cannot work). A
-    fleet of several servers (``transport`` ``None``; ``fleet`` names them) sends the body. A first region is
-    registered here, so that a server that refuses client shared memory (started without
-    ``--allow-client-shm``, a restricted shared-memory endpoint, a container with its own ``/dev/shm``) is found
-    at open.
-    """
-    if mode == "cuda":
-        raise BackendUnavailableError(
-            f"{url}: shared_memory=cuda needs a GPU and cuda-python; it is not supported by this build yet "
-            "(use auto, system or none)"
-        )
-    if transport is None:
-        if mode == "system":
-            raise ConfigError(
-                f"model {model!r}: shared_memory=system needs one server on this host, and {fleet} stands for "
-                "several; use shared_memory=auto or none"
-            )
-        return None
-    if mode == "none" or (mode == "auto" and not loopback):
-        return None
-    if not info.has(SYSTEM_SHARED_MEMORY):
-        if mode == "system":
-            raise ConfigError(
-                f"model {model!r}: shared_memory=system, but {info.lacks(SYSTEM_SHARED_MEMORY)} at {url} (use "
-                "shared_memory=auto or none)"
-            )
-        logger.info("%s: %s; tensors go in the request body", url, info.lacks(SYSTEM_SHARED_MEMORY))
-        return None
-    remove_stale_regions(lambda name: transport.unregister_system_shm(name, timeout_s=1.0))
-    pool = RegionPool(transport, max_slots=max_in_flight + 4)
-    try:
-        pool.release(pool.acquire(PAGE))  # the server must accept a region now, not at the first request
-    except (CallError, OSError) as exc:
-        pool.close(time.monotonic())
-        reason = exc.message if isinstance(exc, CallError) else str(exc)
-        if mode == "system":
-            raise ConfigError(
-                f"model {model!r}: shared_memory=system, but {url} cannot use this host's system shared memory: "
-                f"{reason} (use shared_memory=auto or none)"
-            ) from exc
-        logger.warning(
-            "%s refuses client shared memory (%s); tensors of model %r go in the request body", url, reason, model
-        )
-        return None
-    return pool

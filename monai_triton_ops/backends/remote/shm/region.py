@@ -1,4 +1,4 @@
-"""System shared memory regions this process creates for a Triton server, and their cleanup in every case.
+"""One system shared memory region: a file in ``/dev/shm`` this process creates, maps once and unlinks.
 
 Why not ``tritonclient.utils.shared_memory``: it attaches silently to an existing key of another
 process unless ``create_only=True``, and goes through ``multiprocessing.shared_memory``, whose
@@ -8,32 +8,19 @@ resource tracker unlinks at exit and warns about "leaked" objects. Here a region
 Names are ``mto_<pid>_<random>_<n>``: unique between processes (pid and random part) and within one
 (a counter). The same string is the Triton region name and the key (``/`` + name).
 
-Cleanup, whatever ends the process:
-
-- ``close()`` (the backend's close): unregister on the server, then unmap and unlink.
-- ``atexit``: the same for every region still alive (a Python exit: the end of the script, ``sys.exit``,
-  an exception, a host program's signal handler that exits that way). A region is created and tracked under the
-  same lock that sweep takes, and none is created once it has begun: a worker thread still running a request
-  at exit (daemon threads run on while the interpreter finalises) cannot leave a file nobody unlinks.
-- After ``fork()`` the child forgets the parent's regions, so its exit never unlinks them.
-- Whatever else ends it (a signal's default action, SIGKILL, Holoscan's own SIGTERM handling, an exit
-  from C++, ``os._exit``): the janitor process (``janitor.py``) unregisters, with the client's own
-  connection settings, and unlinks what is left; :func:`remove_stale_regions` removes regions whose
-  creator pid is gone at the next open.
-
-No signal handler is installed here: signals belong to the program (``interrupts.py``).
+When a region is created, registered, handed to the janitor, unregistered and unlinked is decided by one object,
+``owner.py`` (its states and who asks it are there); this module only makes and removes the file. Regions left by
+processes that no longer run are removed at the next open (:func:`remove_stale_regions`).
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import math
 import mmap
 import os
 import secrets
-import threading
 from collections.abc import Callable
 from itertools import count
 from pathlib import Path
@@ -42,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ....processes import pid_exists
-from .janitor import janitor
+from .states import State
 
 logger = logging.getLogger(__name__)
 
@@ -52,22 +39,14 @@ PAGE = mmap.PAGESIZE
 #: Free space kept in /dev/shm beyond a new region, so a region never takes the last bytes from other users.
 _HEADROOM = 16 << 20
 
-Unregister = Callable[[str], None]
-
-_lock = threading.RLock()  # re-entrant: a program's signal handler may close a backend on a thread inside it
-_live: dict[str, SystemRegion] = {}
+#: Unregister a region on the server it is registered on: ``(name, timeout_s)``.
+Unregister = Callable[[str, float], None]
 _token = secrets.token_hex(4)
 _counter = count()
-_hooks_installed = False
-_exiting = False  # close_all() has begun: no region is created after it
 
 
 class ShmSpaceError(OSError):
     """``/dev/shm`` has too little free space for a planned region (tmpfs would SIGBUS on the first write)."""
-
-
-class RegionRefusedError(RuntimeError):
-    """No region is created once the process has begun to exit (``close_all`` has run or is running)."""
 
 
 def _name() -> str:
@@ -75,22 +54,21 @@ def _name() -> str:
 
 
 class SystemRegion:
-    """One region of ``byte_size`` bytes, created by this process; ``unregister`` is called once before unlink."""
+    """One region of ``byte_size`` bytes (rounded up to pages), created and mapped by this process.
 
-    def __init__(self, byte_size: int) -> None:
+    Made by ``owner.RegionOwner.create`` only (under the lock its exit sweep takes); ``state``, ``holder`` (the
+    pool it serves) and ``unregister`` (its server's call) are the owner's, changed under its lock.
+    """
+
+    def __init__(self, byte_size: int, holder: object = None) -> None:
         size = max(PAGE, -(-byte_size // PAGE) * PAGE)
-        check_free_space(size)
         self.byte_size = size
         self.pid = os.getpid()
+        self.holder = holder
+        self.state: State = State.CREATED
         self.unregister: Unregister | None = None
-        self.announced = False  # the janitor knows it (it is registered on a server)
-        self._closed = False
-        with _lock:  # the file exists only while tracked: close_all() never misses one (the module's docstring)
-            if _exiting:
-                raise RegionRefusedError("the process is exiting: no new shared memory region is created")
-            self.name = self._create(size)
-            self.key = "/" + self.name
-            _track(self)
+        self.name = self._create(size)
+        self.key = "/" + self.name
 
     def _create(self, size: int) -> str:
         """Create, size and map a new file in ``/dev/shm`` under a name nobody holds; its name."""
@@ -114,7 +92,8 @@ class SystemRegion:
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        """Whether the file is gone (the owner unlinked it or handed it off)."""
+        return self._mmap is None
 
     @property
     def buffer(self) -> mmap.mmap:
@@ -134,39 +113,16 @@ class SystemRegion:
     def write_bytes(self, data: bytes, offset: int) -> None:
         self.buffer[offset : offset + len(data)] = data
 
-    def close(self, *, unregister: bool = True) -> None:
-        """Unregister (if asked and a server knows the region), unmap and unlink; idempotent; creator only.
-
-        A region the server may still hold (``unregister=False`` while announced, or an unregister that
-        failed: "currently in use" while a cut-off request still runs) stays with the janitor, which
-        unregisters it once this process is gone.
-        """
-        if self._closed or os.getpid() != self.pid:
-            return
-        self._closed = True
-        _untrack(self)
-        hook, self.unregister = self.unregister, None
-        if unregister and hook is not None:
-            try:
-                hook(self.name)
-            except Exception as exc:  # the file goes anyway; the server keeps its mapping until it unregisters
-                logger.warning("could not unregister shared memory region %s: %s", self.name, exc)
-            else:
-                self.forget_registration()
+    def unlink(self) -> None:
+        """Unmap (the mapping goes with its last view when arrays still view it) and unlink; the owner's call."""
         mapping, self._mmap = self._mmap, None
         if mapping is not None:
-            with contextlib.suppress(BufferError):  # a view still alive: the mapping goes with its last view
+            with contextlib.suppress(BufferError):
                 mapping.close()
         _unlink(self.name)
 
-    def forget_registration(self) -> None:
-        """The server no longer knows this region: the janitor need not unregister it."""
-        if self.announced:
-            self.announced = False
-            janitor.drop(self.name)
-
     def __repr__(self) -> str:
-        return f"<SystemRegion {self.name} {self.byte_size} bytes{' closed' if self._closed else ''}>"
+        return f"<SystemRegion {self.name} {self.byte_size} bytes {self.state.value}>"
 
 
 def check_free_space(byte_size: int) -> None:
@@ -182,53 +138,8 @@ def _unlink(name: str) -> None:
         os.unlink(SHM_DIR / name)
 
 
-def live_regions() -> list[str]:
-    """Names of the regions this process holds now."""
-    with _lock:
-        return sorted(_live)
-
-
-# -- cleanup at exit and after fork ---------------------------------------------------------------
-def _track(region: SystemRegion) -> None:
-    with _lock:
-        _live[region.name] = region
-    _install_hooks()
-
-
-def _untrack(region: SystemRegion) -> None:
-    with _lock:
-        _live.pop(region.name, None)
-
-
-def close_all() -> None:
-    """Close every region this process created, and refuse new ones from then on (``atexit`` calls it)."""
-    global _exiting
-    with _lock:
-        _exiting = True
-        regions = [r for r in _live.values() if r.pid == os.getpid()]
-    for region in regions:
-        region.close()
-
-
-def _install_hooks() -> None:
-    global _hooks_installed
-    with _lock:
-        if _hooks_installed:
-            return
-        _hooks_installed = True
-    atexit.register(close_all)
-    os.register_at_fork(after_in_child=_forget_parent_regions)
-
-
-def _forget_parent_regions() -> None:
-    global _lock, _exiting
-    _lock = threading.RLock()  # another parent thread may have held it at fork time
-    _exiting = False  # a child forked while its parent exits still runs its own program
-    _live.clear()  # the parent's: never unlinked by this child (hooks are inherited and find only the child's own)
-
-
 # -- leftovers of killed processes -----------------------------------------------------------------
-def remove_stale_regions(unregister: Unregister | None = None) -> list[str]:
+def remove_stale_regions(unregister: Callable[[str], None] | None = None) -> list[str]:
     """Unregister (on the given server) and unlink regions whose creating process no longer exists."""
     removed = []
     for path in SHM_DIR.glob(f"{PREFIX}*_*_*"):

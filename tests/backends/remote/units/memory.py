@@ -102,7 +102,10 @@ class MemoryServer:
         with self._lock:
             if name in self._mapped:
                 raise CallError(Status.ALREADY_EXISTS, f"shared memory region {name!r} already in manager")
-            fd = os.open(SHM_DIR / key.lstrip("/"), os.O_RDWR)
+            try:
+                fd = os.open(SHM_DIR / key.lstrip("/"), os.O_RDWR)
+            except FileNotFoundError as exc:  # Triton's answer when the key names no file
+                raise CallError(Status.INTERNAL, f"Unable to open shared memory region: '{key}'") from exc
             try:
                 self._mapped[name] = mmap.mmap(fd, byte_size)
             finally:

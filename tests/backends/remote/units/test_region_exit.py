@@ -1,5 +1,5 @@
-"""A region file never outlives a Python exit (``shm/region.py``): the exit sweep (``close_all``, run by ``atexit``)
-and a worker thread that creates a region at that moment exclude each other.
+"""A region file never outlives a Python exit (``shm/owner.py``): the exit sweep (``RegionOwner.sweep``, run by
+``atexit``) and a worker thread that creates a region at that moment exclude each other.
 
 The sweep is called directly here; ``_exiting`` is put back afterwards so that this worker makes regions again.
 """
@@ -13,29 +13,30 @@ from collections.abc import Iterator
 import pytest
 
 from monai_triton_ops.backends.remote.shm import region
+from monai_triton_ops.backends.remote.shm.owner import RegionRefusedError, owner
 
 WAIT_S = 30.0  # a bound on waits for another thread, never reached when the code is right
 
 
 @pytest.fixture
 def sweep(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """``close_all`` may run in this test; afterwards the process creates regions again, and none is left."""
-    monkeypatch.setattr(region, "_exiting", False)
-    before = set(region.live_regions())
+    """The sweep may run in this test; afterwards the process creates regions again, and none is left."""
+    monkeypatch.setattr(owner, "_exiting", False)
+    before = set(owner.names())
     yield
-    region.close_all()
-    assert set(region.live_regions()) <= before
+    owner.sweep()
+    assert set(owner.names()) <= before
 
 
 @pytest.mark.usefixtures("sweep")
 def test_after_the_exit_sweep_no_region_is_created_and_no_file_is_left() -> None:
-    kept = region.SystemRegion(4096)
+    kept = owner.create(4096)
     assert (region.SHM_DIR / kept.name).exists()
-    region.close_all()
+    owner.sweep()
     assert not (region.SHM_DIR / kept.name).exists()
     files = own_files()
-    with pytest.raises(region.RegionRefusedError, match="exiting"):
-        region.SystemRegion(4096)
+    with pytest.raises(RegionRefusedError, match="exiting"):
+        owner.create(4096)
     assert own_files() <= files
 
 
@@ -57,8 +58,8 @@ def test_regions_created_by_threads_while_the_sweep_runs_are_all_unlinked() -> N
         started.wait(WAIT_S)
         while True:
             try:
-                made = region.SystemRegion(4096)
-            except region.RegionRefusedError:
+                made = owner.create(4096)
+            except RegionRefusedError:
                 refused.set()
                 return
             created.append(made)
@@ -70,7 +71,7 @@ def test_regions_created_by_threads_while_the_sweep_runs_are_all_unlinked() -> N
         thread.start()
     started.wait(WAIT_S)
     assert some_made.wait(WAIT_S)
-    region.close_all()
+    owner.sweep()
     for thread in threads:
         thread.join(WAIT_S)
     assert refused.is_set()

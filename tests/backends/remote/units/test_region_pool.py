@@ -16,6 +16,7 @@ import pytest
 
 from monai_triton_ops.backends.remote.shm import pool as pool_module
 from monai_triton_ops.backends.remote.shm.janitor import janitor
+from monai_triton_ops.backends.remote.shm.owner import owner
 from monai_triton_ops.backends.remote.shm.pool import PoolExhausted, RegionPool, Slot
 from monai_triton_ops.backends.remote.shm.region import PAGE, SHM_DIR
 from monai_triton_ops.client.status import CallError, Status
@@ -269,12 +270,13 @@ def test_close_at_its_deadline_unlinks_a_region_the_server_never_lets_go(
     janitor.drop(stuck)
 
 
-def test_a_region_registered_while_close_runs_is_left_to_the_janitor_when_the_server_still_holds_it(
+def test_a_region_whose_registration_is_on_its_way_when_close_runs_is_handed_to_the_janitor_and_its_request_cancelled(
     pool: RegionPool, transport: MemoryTransport, server: MemoryServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A slot whose registration is still on its way back when ``close()`` runs has no region yet, so close
-    cannot see it. When it comes back and the server refuses to unregister it (still in use), its file goes and
-    the janitor is told to unregister it once the server lets go: not left registered until the process ends."""
+    """A slot whose registration is still on its way back when ``close()`` runs has no region yet, but the owner
+    knows its region (``ANNOUNCED``): close hands it to the janitor (its file goes now, the janitor unregisters it),
+    and when the answer comes back the request is refused and the janitor told again (the server has just
+    registered it): not left registered until the process ends."""
     registered, proceed = threading.Event(), threading.Event()
     original = transport.register_system_shm
 
@@ -284,22 +286,99 @@ def test_a_region_registered_while_close_runs_is_left_to_the_janitor_when_the_se
         assert proceed.wait(WAIT_S)
 
     monkeypatch.setattr(transport, "register_system_shm", slow_answer)
-    got: list[Slot] = []
-    requester = threading.Thread(target=lambda: got.append(pool.acquire(PAGE)))
+    got: list[Slot | CallError] = []
+
+    def request() -> None:
+        try:
+            got.append(pool.acquire(PAGE))
+        except CallError as exc:
+            got.append(exc)
+
+    requester = threading.Thread(target=request)
     requester.start()
     assert registered.wait(WAIT_S)
     (name,) = server.registered()
-    server.hold(name)  # the request went out: the server is running it
     retired: list[str] = []
     monkeypatch.setattr(janitor, "retire", retired.append)  # the watcher itself: test_exit.py, test_processes.py
     pool.close(time.monotonic() + 1.0)
-    proceed.set()
-    requester.join(WAIT_S)
-    (slot,) = got
-    pool.release(slot)  # its response: close() is over, and the server still holds the region
     assert retired == [name]
     assert not (SHM_DIR / name).exists()
-    # What the janitor process would do once the server lets go, done here so the fixture finds nothing left.
-    server.let_go(name)
+    proceed.set()
+    requester.join(WAIT_S)
+    (refused,) = got
+    assert isinstance(refused, CallError)
+    assert refused.status is Status.CANCELLED
+    assert retired == [name, name]  # told again once the server has it registered
+    # What the janitor process does at once, done here so the fixture finds nothing left.
     server.unregister(name)
     janitor.drop(name)
+
+
+def test_close_does_not_wait_for_an_abandoned_requests_slot_and_hands_its_region_to_the_janitor(
+    pool: RegionPool, server: MemoryServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request whose call was ended at close (the server still runs it) keeps its slot busy: close does not wait
+    for it until its deadline; its region is handed off at once, and its late response changes nothing."""
+    busy = pool.acquire(PAGE)
+    name = name_of(busy)
+    server.hold(name)
+    retired: list[str] = []
+    monkeypatch.setattr(janitor, "retire", retired.append)  # the watcher itself: test_exit.py, test_processes.py
+    deadline = time.monotonic() + WAIT_S
+    pool.close(deadline)
+    assert time.monotonic() < deadline  # nothing was left to retry: close did not wait for the busy slot
+    assert retired == [name]
+    assert not (SHM_DIR / name).exists()
+    pool.release(busy)  # the abandoned request's response, after the close
+    assert retired == [name]
+    server.let_go(name)  # what the janitor process does once the server lets go
+    server.unregister(name)
+    janitor.drop(name)
+
+
+@pytest.mark.usefixtures("busy_switching")
+def test_requests_racing_a_close_leave_every_region_ended_and_no_file(
+    transport: MemoryTransport, server: MemoryServer
+) -> None:
+    """Eight threads take and give back slots (some cut off) while close runs: every region ends unregistered and
+    unlinked or handed off, whichever thread reached it first; a request is refused (``CANCELLED``) or served."""
+    regions = RegionPool(transport, max_slots=16)
+    names: set[str] = set()
+    errors: list[BaseException] = []
+    start = threading.Barrier(9)
+    served = threading.Semaphore(0)
+
+    def requests(me: int) -> None:
+        start.wait(WAIT_S)
+        for i in range(400):
+            try:
+                slot = regions.acquire(PAGE * (1 + i % 3))
+            except CallError as exc:
+                if exc.status is not Status.CANCELLED:
+                    errors.append(exc)
+                return
+            except BaseException as exc:
+                errors.append(exc)
+                return
+            names.add(name_of(slot))
+            if (me + i) % 7 == 0:
+                regions.quarantine(slot)  # a request cut off
+            else:
+                regions.release(slot)
+            served.release()
+
+    workers = [threading.Thread(target=requests, args=(i,)) for i in range(8)]
+    for worker in workers:
+        worker.start()
+    start.wait(WAIT_S)
+    for _ in range(100):  # close once requests are well under way
+        assert served.acquire(timeout=WAIT_S)
+    regions.close(time.monotonic() + 5.0)
+    for worker in workers:
+        worker.join(WAIT_S)
+    assert not errors
+    assert not owner.regions(regions)
+    assert not [n for n in names if (SHM_DIR / n).exists()]
+    for name in server.registered():  # a registration whose answer came after the hand-off: the janitor's
+        server.unregister(name)
+        janitor.drop(name)
