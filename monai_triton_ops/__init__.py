@@ -21,7 +21,10 @@ if TYPE_CHECKING:
     from .backends import create_backend as create_backend
     from .backends import register_backend as register_backend
     from .interrupts import install_signal_handlers as install_signal_handlers
+    from .operators import Ensemble as Ensemble
+    from .operators import EnsembleInferenceOperator as EnsembleInferenceOperator
     from .operators import InferenceOperator as InferenceOperator
+    from .operators import Member as Member
     from .pipeline import InferenceSettings as InferenceSettings
     from .pipeline import run_inference as run_inference
     from .signature import ModelSignature as ModelSignature
@@ -31,7 +34,10 @@ __version__ = "0.1.0"
 __all__ = [
     "BackendOptions",
     "BaseBackend",
+    "Ensemble",
+    "EnsembleInferenceOperator",
     "InferenceOperator",
+    "Member",
     "InferenceSettings",
     "ModelSignature",
     "MonaiTritonError",
@@ -51,7 +57,10 @@ _LAZY = {
     "create_backend": "backends",
     "register_backend": "backends",
     "install_signal_handlers": "interrupts",
+    "Ensemble": "operators",
+    "EnsembleInferenceOperator": "operators",
     "InferenceOperator": "operators",
+    "Member": "operators",
     "InferenceSettings": "pipeline",
     "run_inference": "pipeline",
     "ModelSignature": "signature",

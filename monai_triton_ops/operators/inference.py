@@ -52,6 +52,7 @@ from ..pipeline.dictionary import (
     is_dictionary_transform,
     run_dictionary_inference,
 )
+from ..pipeline.ensemble import EnsemblePredictor
 from ..pipeline.image import from_channel_first, to_channel_first
 from ..pipeline.run import Transform, run_inference
 from ..pipeline.settings import InferenceSettings
@@ -340,6 +341,7 @@ class InferenceOperator(SdkInferenceOperator):
                 post_transforms=self.post_transforms,
                 input_key=self.input_dataset_key,
                 pred_key=self.pred_dataset_key,
+                predictor=self._predictor(),
             )
         return as_labels(from_channel_first(result))
 
@@ -362,7 +364,12 @@ class InferenceOperator(SdkInferenceOperator):
                 self.settings,
                 pre_transforms=self.pre_transforms,
                 post_transforms=self.post_transforms,
+                predictor=self._predictor(),
             )
+
+    def _predictor(self) -> EnsemblePredictor | None:
+        """The predictor under the inferer: ``None``, the backend's own; an ensemble's in ``operators/ensemble.py``."""
+        return None
 
     def post_process(self, data: Any, *args: Any, **kwargs: Any) -> Any:
         """Back to the input's voxel order (``(D, H, W)``), as numpy for the App SDK writers."""

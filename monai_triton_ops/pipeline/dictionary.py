@@ -27,6 +27,7 @@ from monai.transforms import Compose, LoadImaged, MapTransform
 
 from ..backends.base import BaseBackend
 from ..errors import ConfigError
+from .ensemble import EnsemblePredictor
 from .run import Transform, check_spatial_rank, predict
 from .settings import InferenceSettings
 
@@ -66,6 +67,7 @@ def run_dictionary_inference(
     post_transforms: Callable[[Any], Any] | None,
     input_key: str = INPUT_KEY,
     pred_key: str = PRED_KEY,
+    predictor: EnsemblePredictor | None = None,
 ) -> torch.Tensor:
     """Pre-transforms, inferer over ``backend``, post-transforms on one item; returns ``item[pred_key]``.
 
@@ -79,7 +81,7 @@ def run_dictionary_inference(
     check_spatial_rank(images[0], backend)
     logger.info("inferring %s image of shape %s with %r", settings.inferer, tuple(images.shape[1:]), backend)
     with torch.no_grad():
-        batch[pred_key] = predict(images, backend, settings)
+        batch[pred_key] = predict(images, backend, settings, predictor)
     if not isinstance(batch[pred_key], torch.Tensor):
         raise ConfigError("the inferer returned several outputs; pick one with the backend's output_name option")
     items = [_apply(post_transforms, i, "post", input_key, pred_key, backend) for i in decollate_batch(batch)]

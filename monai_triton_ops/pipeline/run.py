@@ -17,6 +17,7 @@ from monai.inferers import SimpleInferer, SlidingWindowInferer
 
 from ..backends.base import BaseBackend
 from ..errors import ConfigError, InputDataError
+from .ensemble import EnsemblePredictor
 from .predictor import Predictor
 from .settings import InferenceSettings as InferenceSettings  # re-exported: benchmarks import it from here
 
@@ -32,8 +33,12 @@ def run_inference(
     *,
     pre_transforms: Transform | None = None,
     post_transforms: Transform | None = None,
+    predictor: Predictor | EnsemblePredictor | None = None,
 ) -> torch.Tensor:
     """Segment one channel-first image ``(C, *spatial)`` and return the post-processed result.
+
+    ``predictor`` replaces the backend's own (``Predictor(backend)``) under the inferer: an
+    ``EnsemblePredictor`` over several members, whose first is ``backend``.
 
     Raises ``InputDataError`` when the image's spatial rank is not the model's (a 2D image for a
     3D model); channel count and dtype are checked by the backend against its signature.
@@ -43,7 +48,7 @@ def run_inference(
     check_spatial_rank(tensor, backend)
     batch = tensor.unsqueeze(0)
     logger.info("inferring %s image of shape %s with %r", settings.inferer, tuple(tensor.shape), backend)
-    prediction = predict(batch, backend, settings)
+    prediction = predict(batch, backend, settings, predictor)
     if not isinstance(prediction, torch.Tensor):
         raise ConfigError("the inferer returned several outputs; pick one with the backend's output_name option")
     result = prediction[0]
@@ -54,7 +59,12 @@ def run_inference(
     return post_transforms(result) if post_transforms else result
 
 
-def predict(batch: torch.Tensor, backend: BaseBackend, settings: InferenceSettings) -> Any:
+def predict(
+    batch: torch.Tensor,
+    backend: BaseBackend,
+    settings: InferenceSettings,
+    predictor: Predictor | EnsemblePredictor | None = None,
+) -> Any:
     """The inferer over the backend: here, window by window, or on the server for a whole-volume model.
 
     A whole-volume model (``mode=volume`` on a remote backend) gets the image once with the settings as
@@ -62,6 +72,8 @@ def predict(batch: torch.Tensor, backend: BaseBackend, settings: InferenceSettin
     """
     from .volume import infer_volume, volume_spec
 
+    if predictor is not None:
+        return make_inferer(settings)(batch, predictor)
     spec = volume_spec(backend)
     if spec is not None:
         return infer_volume(batch, backend, settings, spec)

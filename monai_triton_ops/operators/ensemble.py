@@ -1,0 +1,182 @@
+"""``EnsembleInferenceOperator``: one App SDK operator over N models, their probabilities combined in memory.
+
+The members are checkpoints, folds, or different models with the same output channels, each found by
+``model_name`` in the app's models folder (``-m``) and each on its own backend if it says so (a member's
+``backend=``, or a deploy-time choice, over the operator's). The image is pre-processed once, every window
+goes to every member (and, with ``mirror_axes``, every mirrored copy) in flight together, the predictions
+are averaged as they arrive (``pipeline/ensemble.py``), and the post-processing runs once on the mean.
+
+A separate class, not a keyword of ``InferenceOperator``: its members, their backends and their checks are
+what it is about, and a one-member ensemble with ``mirror_axes`` is test-time augmentation for one model.
+Everything else (ports, settings, transforms, dictionary mode, the run line) is ``InferenceOperator``'s.
+What is checked before anything runs: each member's model is in the folder (when the graph is composed);
+each member's output channels and input rank equal the first member's (at ``start()``, from the
+signatures, before any image is read).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from monai.deploy.core import AppContext, Fragment
+
+from .. import interrupts
+from ..app_args import BACKEND_OPTIONS_ARG
+from ..app_settings import backend_keywords, load_settings
+from ..backends.base import BaseBackend
+from ..backends.registry import create_backend
+from ..errors import ConfigError
+from ..pipeline.ensemble import Combine, EnsemblePredictor, check_members, mirror_flips
+from ..pipeline.settings import InferenceSettings
+from ..preflight import check_model_entry
+from .arguments import repository_of, spec_from
+from .inference import CLOSE_TIMEOUT_S, InferenceOperator
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Member:
+    """One model of an ensemble: its folder name, and optionally its own backend, options and version."""
+
+    model_name: str
+    backend: str | None = None
+    backend_options: Mapping[str, Any] = field(default_factory=dict)
+    version: int | None = None
+
+
+@dataclass(frozen=True)
+class Ensemble:
+    """What an ``EnsembleInferenceOperator`` runs.
+
+    ``members``: model names or ``Member``s. ``weights``: a weighted mean (default: the plain mean).
+    ``combine``: a function of the members' predictions instead (per window, ``pipeline/ensemble.py``).
+    ``mirror_axes``: test-time mirroring along these spatial axes (0-based, every subset, nnU-Net's way).
+    """
+
+    members: Sequence[str | Member]
+    weights: Sequence[float] | None = None
+    combine: Combine | None = None
+    mirror_axes: Sequence[int] = ()
+
+    def member_list(self) -> tuple[Member, ...]:
+        members = tuple(m if isinstance(m, Member) else Member(str(m)) for m in self.members)
+        if not members:
+            raise ConfigError("an ensemble needs at least one member")
+        for member in members:
+            if not member.model_name:
+                raise ConfigError("every ensemble member needs a model_name (its folder name in the models folder)")
+        return members
+
+
+class EnsembleInferenceOperator(InferenceOperator):
+    """``InferenceOperator`` whose prediction is the combination of several models' (``ensemble=``).
+
+    Takes every ``InferenceOperator`` keyword but ``model_name`` (the members name theirs) and the bundle
+    ones; ``backend=`` and ``backend_options=`` are the default of every member.
+    """
+
+    def __init__(self, fragment: Fragment, *args: Any, ensemble: Ensemble, **kwargs: Any) -> None:
+        members = ensemble.member_list()
+        if "model_name" in kwargs:
+            raise ConfigError("EnsembleInferenceOperator takes its models from ensemble= members, not model_name=")
+        if "bundle_path" in kwargs or "input_mapping" in kwargs:
+            raise ConfigError("EnsembleInferenceOperator runs models of a models folder; bundles are not supported")
+        mirror_flips(ensemble.mirror_axes)  # checked now, not at the first image
+        self.ensemble = ensemble
+        self.members = members
+        app_context: AppContext | None = kwargs.get("app_context")
+        self._member_backends = [
+            _member_backend(m, kwargs.get("backend"), kwargs.get("backend_options") or {}, app_context, kwargs)
+            for m in members
+        ]
+        self._opened: list[BaseBackend] = []
+        self._ensemble_predictor: EnsemblePredictor | None = None
+        super().__init__(
+            fragment, *args, model_name=members[0].model_name, **_first_member_keywords(members[0], kwargs)
+        )
+
+    def start(self) -> None:
+        """Create and open every member's backend (loads in parallel), then check they fit together."""
+        names = [m.model_name for m in self.members]
+        for name, (spec, options) in zip(names, self._member_backends, strict=True):
+            logger.info("ensemble member %r: backend %r, options %s", name, spec, options)
+        self._opened = [create_backend(s, n, **o) for n, (s, o) in zip(names, self._member_backends, strict=True)]
+        self._interrupt_key = interrupts.register(self._close_now)
+        try:
+            with ThreadPoolExecutor(max_workers=len(self._opened), thread_name_prefix="ensemble-open") as pool:
+                for future in [pool.submit(b.open) for b in self._opened]:
+                    future.result()
+            check_members(self._opened, names)
+            self._backend = self._opened[0]
+            self._settings = self._given_settings or InferenceSettings.from_metadata(
+                self._opened[0].signature.metadata, **self.settings_overrides
+            )
+            self._ensemble_predictor = EnsemblePredictor(
+                self._opened,
+                weights=self.ensemble.weights,
+                combine=self.ensemble.combine,
+                flips=mirror_flips(self.ensemble.mirror_axes),
+                request_batch_size=self._settings.request_batch_size,
+            )
+            logger.info("ensemble of %d members %s: %s", len(names), names, self._settings)
+        except BaseException:  # no member left open, loaded or connected
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Release every member's backend; safe when ``start()`` never ran or failed half-way."""
+        opened, self._opened = self._opened, []
+        self._backend, self._ensemble_predictor = None, None
+        if self._interrupt_key is not None:
+            interrupts.unregister(self._interrupt_key)
+            self._interrupt_key = None
+        for backend in opened:
+            backend.close(timeout_s=CLOSE_TIMEOUT_S)
+
+    def _close_now(self) -> None:
+        for backend in list(self._opened):
+            backend.close(timeout_s=0.5)
+
+    def _predictor(self) -> EnsemblePredictor | None:
+        return self._ensemble_predictor
+
+
+def _first_member_keywords(first: Member, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The keywords ``InferenceOperator`` gets: the first member's backend and options over the operator's."""
+    keywords = dict(kwargs)
+    if first.backend is not None:
+        keywords["backend"] = first.backend
+    options = {**(kwargs.get("backend_options") or {}), **first.backend_options}
+    if first.version is not None:
+        options["version"] = first.version
+    keywords["backend_options"] = options
+    return keywords
+
+
+def _member_backend(
+    member: Member,
+    backend: str | None,
+    code_options: Mapping[str, Any],
+    app_context: AppContext | None,
+    kwargs: Mapping[str, Any],
+) -> tuple[str, dict[str, Any]]:
+    """A member's spec and options by the operator's rule; its model checked in the folder now."""
+    if callable(backend):
+        raise ConfigError("EnsembleInferenceOperator takes backend specs (strings), not a factory")
+    args = dict(app_context.args) if app_context is not None else {}
+    spec, source = spec_from(member.backend or backend, app_context)
+    code = {**code_options, **member.backend_options}
+    if member.version is not None:
+        code["version"] = member.version
+    options = backend_keywords(spec, source, load_settings(args.get(BACKEND_OPTIONS_ARG)), code)
+    repository = app_context.model_path if app_context is not None and app_context.model_path else None
+    repository = repository or kwargs.get("model_path")
+    if repository:
+        options.setdefault("model_repository", repository_of(repository, member.model_name))
+    check_model_entry(spec, options.get("model_repository"), member.model_name, options.get("version"))
+    return spec, options
