@@ -194,6 +194,8 @@ LONGEST_FIRST = (
     # the bundle app's runs and the sample MRI as a bundle (~40 s alone); the bundle operator's servers (~25 s)
     "tests/apps/test_bundle_seg.py",
     "tests/operators/test_bundle.py",
+    # ensembles and parallel operators over one tritonserver and one in-process server (~32 s alone)
+    "tests/operators/test_ensemble_servers.py",
     # the classification app's runs: PNGs, an unreadable PNG, the breast density app migrated (~30 s alone)
     "tests/apps/test_bundle_classify.py",
     # detection and multi-head bundles against MONAI alone: in-process Triton and a tritonserver (~65 s alone)
