@@ -15,7 +15,9 @@ from .parser import add_log_level
 def add_repo(commands: argparse._SubParsersAction[Any]) -> None:
     repo = commands.add_parser("repo", help="model repository tools: build, check, describe")
     actions = repo.add_subparsers(dest="action", required=True, metavar="ACTION")
-    p = actions.add_parser("build", help="write a TorchScript model or a MONAI bundle into a Triton model repository")
+    p = actions.add_parser(
+        "build", help="write a TorchScript model, a MONAI bundle or a models folder into a Triton model repository"
+    )
     p.add_argument("-o", "--output", required=True, type=Path, help="model repository folder (created if missing)")
     p.add_argument("--name", help="model name: the folder name inside the repository (default: --like's name)")
     p.add_argument("--version", type=int, default=1, help="version folder (default: %(default)s)")
@@ -63,6 +65,10 @@ def add_repo(commands: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("model", type=Path, help="a model file (.pt/.ts/.pt2), or a model folder <repo>/<name>")
     p.add_argument("--input-shape", action="append", type=_shape, metavar="D,D,...", help="probe shape, batch first")
     p.add_argument("--bundle-metadata", type=Path, help="MONAI bundle folder or its configs/metadata.json")
+    p.add_argument(
+        "--ensemble", metavar="A,B,...",
+        help="MODEL is a models folder: describe these models as one ensemble (do they predict the same channels)",
+    )  # fmt: skip
     _add_config_name(p)
     add_log_level(p)
     p.set_defaults(handler=_run_repo_describe)
@@ -94,7 +100,7 @@ def add_config(commands: argparse._SubParsersAction[Any]) -> None:
 
 def _add_model_options(p: argparse.ArgumentParser) -> None:
     """What describes the model and how Triton serves it; shared by 'repo build' and 'config'."""
-    p.add_argument("model", type=Path, help="TorchScript file (.pt/.ts)")
+    p.add_argument("model", type=Path, help="TorchScript file (.pt/.ts), bundle, or (repo build) a models folder")
     p.add_argument(
         "--like", type=Path, metavar="CONFIG",
         help="an existing config.pbtxt (or its model folder) to take names, dims, batching, instances, version "
@@ -193,9 +199,18 @@ def _run_repo_build(args: argparse.Namespace) -> int:
     from ..bundles import DEFAULT_CONFIG_NAMES
     from ..repository.builder import build_repository, generate_config
     from ..repository.bundle import build_bundle, bundle_target
+    from ..repository.models_folder import build_models_folder, is_models_folder
     from ..repository.volume import plan_volume, wrap_network
 
     options = _model_options(args)
+    if is_models_folder(args.model):  # the App SDK's -m MODELS: every model in it, one repository
+        if args.name or args.whole_volume:
+            raise UsageError(f"{str(args.model)!r} is a models folder: each model keeps its folder's name; "
+                             "--name and --whole-volume are for one model")  # fmt: skip
+        options.pop("bundle_metadata")
+        for folder in build_models_folder(args.model, args.output, force=args.force, **options):
+            print(f"wrote {folder}")
+        return exits.OK
     if bundle_target(args.model):  # a MONAI bundle: its network, names from its metadata, its configs beside
         options.pop("bundle_metadata")
         folder = build_bundle(args.model, args.output, args.name, version=args.version, force=args.force,
@@ -289,6 +304,11 @@ def _run_repo_describe(args: argparse.Namespace) -> int:
     from ..repository.bundle import bundle_target, describe_bundle
     from ..repository.check import describe_path, render_description
 
+    if args.ensemble:
+        from ..repository.models_folder import describe_ensemble
+
+        sys.stdout.write(describe_ensemble(args.model, [m.strip() for m in args.ensemble.split(",") if m.strip()]))
+        return exits.OK
     if bundle_target(args.model):
         sys.stdout.write(render_description(describe_bundle(args.model, args.config_name or ("inference",))))
         return exits.OK

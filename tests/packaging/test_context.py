@@ -180,6 +180,29 @@ def test_a_bundle_folder_is_one_model(wheel: Path, tmp_path: Path) -> None:
     assert (context.path / "models/spleen_ct/models/model.ts").is_file()
 
 
+def test_a_models_folder_with_several_models_is_packaged_whole(wheel: Path, tmp_path: Path) -> None:
+    """``-m MODELS`` of a multi-AI app or an ensemble: every model, of every kind, is one entry of the MAP."""
+    from ..bundles.makers import unet_bundle
+
+    models = tmp_path / "models"
+    unet_bundle(models / "spleen_ct")  # a bundle folder
+    (models / "pancreas_ct").mkdir()
+    (models / "pancreas_ct" / "model.ts").write_bytes(b"a bundle archive")  # the App SDK's MODELS/<name>/model.ts
+    shutil.copytree(MODELS / "brain_tissue_seg", models / "fold0")  # Triton model folders
+    shutil.copytree(MODELS / "brain_tissue_seg", models / "fold1")
+    context = write_context(
+        PackageRequest(app=ROOT_APP, models=models, output=tmp_path / "out", wheel=wheel), base_image=BASE
+    )
+    names = ["fold0", "fold1", "pancreas_ct", "spleen_ct"]
+    assert read_json(context.path / "map/pkg.json")["models"] == [{"name": n, "path": n} for n in names]
+    assert (context.path / "models/spleen_ct/configs/inference.json").is_file()
+    assert (context.path / "models/pancreas_ct/model.ts").read_bytes() == b"a bundle archive"
+    for fold in ("fold0", "fold1"):
+        assert (context.path / f"models/{fold}/1/model.pt").read_bytes() == (
+            MODELS / "brain_tissue_seg/1/model.pt"
+        ).read_bytes()
+
+
 def test_default_tags_are_valid_image_names(tmp_path: Path) -> None:
     assert default_tag(APP, "1.0.0") == "brain-tissue-seg:1.0.0"
     odd = tmp_path / "My App__v2"
