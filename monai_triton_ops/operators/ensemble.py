@@ -25,15 +25,14 @@ from typing import Any
 from monai.deploy.core import AppContext, Fragment
 
 from .. import interrupts
-from ..app_args import BACKEND_OPTIONS_ARG
-from ..app_settings import backend_keywords, load_settings
+from ..app_settings import backend_keywords
 from ..backends.base import BaseBackend
 from ..backends.registry import create_backend
 from ..errors import ConfigError
 from ..pipeline.ensemble import Combine, EnsemblePredictor, check_members, mirror_flips
 from ..pipeline.settings import InferenceSettings
 from ..preflight import check_model_entry
-from .arguments import repository_of, spec_from
+from .arguments import deployed_options, repository_of, spec_from
 from .inference import CLOSE_TIMEOUT_S, InferenceOperator
 
 logger = logging.getLogger(__name__)
@@ -165,15 +164,15 @@ def _member_backend(
     app_context: AppContext | None,
     kwargs: Mapping[str, Any],
 ) -> tuple[str, dict[str, Any]]:
-    """A member's spec and options by the operator's rule; its model checked in the folder now."""
+    """A member's spec and options by the operator's rule (its deploy-time ``NAME=SPEC`` first); its model
+    checked in the folder now."""
     if callable(backend):
         raise ConfigError("EnsembleInferenceOperator takes backend specs (strings), not a factory")
-    args = dict(app_context.args) if app_context is not None else {}
-    spec, source = spec_from(member.backend or backend, app_context)
+    spec, source = spec_from(member.backend or backend, app_context, member.model_name)
     code = {**code_options, **member.backend_options}
     if member.version is not None:
         code["version"] = member.version
-    options = backend_keywords(spec, source, load_settings(args.get(BACKEND_OPTIONS_ARG)), code)
+    options = backend_keywords(spec, source, deployed_options(app_context, member.model_name), code)
     repository = app_context.model_path if app_context is not None and app_context.model_path else None
     repository = repository or kwargs.get("model_path")
     if repository:

@@ -150,3 +150,16 @@ def test_bad_ensembles_are_refused_by_name_before_anything_runs(models: Path, im
     with pytest.raises(UsageError, match=r"mirror axes \[3\] are outside the 3 spatial axes"):
         with create_backend("torch", "fold0", model_repository=models) as backend:
             EnsemblePredictor([backend], flips=((3,),))(torch.zeros(1, 1, 8, 8, 8))
+
+
+def test_each_member_takes_its_own_deploy_time_backend(models: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``MONAI_TRITON_BACKEND='torch;fold1=grpc://...'``: fold1 remote, the others in-process (nothing connects yet)."""
+    from monai.deploy.core import AppContext
+
+    monkeypatch.setenv("MONAI_TRITON_BACKEND", "torch;fold1=grpc://127.0.0.1:9")
+    monkeypatch.setenv("MONAI_TRITON_TIMEOUT_S", "7")
+    context = AppContext({"model": str(models)})
+    op = EnsembleInferenceOperator(Application(), app_context=context, ensemble=Ensemble(["fold0", "fold1", "fold2"]))
+    specs = [spec for spec, _ in op._member_backends]
+    assert specs == ["torch", "grpc://127.0.0.1:9", "torch"]
+    assert all(options["timeout_s"] == "7" for _, options in op._member_backends)
