@@ -132,10 +132,8 @@ class InferenceOperator(SdkInferenceOperator):
         self._choose_backend(None if callable(backend) else backend, app_context, backend_options or {})
         repository = app_context.model_path if app_context is not None and app_context.model_path else model_path
         self._bundle = self._bundle_run(bundle, backend, app_context, backend_options) if bundle else None
-        if not bundle and not self.model_name:
-            raise ConfigError("InferenceOperator needs model_name= (the model's folder name in the repository)")
-        if not bundle and repository:
-            self.backend_options.setdefault("model_repository", repository_of(repository, self.model_name))
+        if not bundle:
+            self._place_model(repository)
         self._given_settings = settings
         self.settings_overrides = overrides
         self.pre_transforms = pre_transforms
@@ -146,16 +144,23 @@ class InferenceOperator(SdkInferenceOperator):
         self.preview = str(args_of.get(PREVIEW_ARG, "false")).lower() == "true"
         self.preview_folder = Path(app_context.output_path) if app_context is not None else None
         self.allow_non_finite = allow_non_finite_from(app_context)
-        if self.backend_spec is not None and self._bundle is None:  # before the graph runs
-            options = self.backend_options
-            check_model_entry(
-                self.backend_spec, options.get("model_repository"), self.model_name, options.get("version")
-            )
         self._backend: BaseBackend | None = None
         self._settings: InferenceSettings | None = None
         self._interrupt_key: int | None = None
         self._lock = threading.Lock()
         super().__init__(fragment, *args, **kwargs)  # Holoscan calls setup() from here
+
+    def _place_model(self, repository: str | Path | None) -> None:
+        """The model's repository from the app's ``-m`` (or ``model_path``), its entry checked before the graph runs."""
+        if not self.model_name:
+            raise ConfigError("InferenceOperator needs model_name= (the model's folder name in the repository)")
+        if repository:
+            self.backend_options.setdefault("model_repository", repository_of(repository, self.model_name))
+        if self.backend_spec is not None:
+            options = self.backend_options
+            check_model_entry(
+                self.backend_spec, options.get("model_repository"), self.model_name, options.get("version")
+            )
 
     def _bundle_run(
         self,
