@@ -26,7 +26,6 @@ from ..bundles.source import DEFAULT_CONFIG_NAMES, is_bundle
 from ..errors import BundleError, ConfigError, RepositoryError
 from ..signature import ModelSignature
 from . import layout
-from .builder import build_repository
 from .bundle_signature import served_metadata
 from .check import Description, EntryReport
 from .heads import LAYOUT_KEY
@@ -79,6 +78,7 @@ def build_bundle(
     """
     from ..bundles import export_torchscript, read_bundle  # MONAI whole: only where a bundle is read
     from ..bundles.network import network_module
+    from .builder import build_repository  # torch: only where a network is written
 
     bundle = read_bundle(bundle_path, config_names)
     model_name = model_name_of(bundle, name)
