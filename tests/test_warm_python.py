@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -149,3 +150,29 @@ def test_a_console_script_stand_in_forks_with_the_shells_redirections(tmp_path: 
         check=True,
     )
     assert waited.stdout.splitlines()[-1] == "code=7"
+
+
+@pytest.mark.parametrize("ending", ["message", "interrupt"])
+def test_a_forked_run_ends_as_the_interpreter_ends_one(ending: str, tmp_path: Path) -> None:
+    """A forked run skips the teardown of the heap it shares with the zygote (``warm_python._exit``), not what comes
+    before it: non-daemon threads are joined, ``atexit`` functions run, ``SystemExit``'s message is printed, an
+    uncaught ``KeyboardInterrupt`` is death by SIGINT."""
+    (tmp_path / "ending.py").write_text(
+        "import atexit, sys, threading, time\n"
+        "atexit.register(lambda: print('atexit ran', flush=True))\n"
+        "threading.Thread(target=lambda: (time.sleep(0.2), print('thread joined', flush=True))).start()\n"
+        "print('buffered', end='')\n"
+        "if sys.argv[1] == 'interrupt':\n"
+        "    raise KeyboardInterrupt\n"
+        "sys.exit('the message')\n"
+    )
+    fresh, forked = both([sys.executable, str(tmp_path / "ending.py"), ending], tmp_path)
+    assert (
+        (forked.returncode, forked.stdout)
+        == (fresh.returncode, fresh.stdout)
+        == (
+            (1 if ending == "message" else -signal.SIGINT),
+            "bufferedthread joined\natexit ran\n",
+        )
+    )
+    assert forked.stderr.splitlines()[-1] == fresh.stderr.splitlines()[-1]
