@@ -10,8 +10,8 @@ model (``model_repository/brain_tissue_seg``, a sliding window over a seeded ran
     threads (this process's tasks), fds, /dev/shm files (named for this process, or mapped by it or a descendant),
     descendant processes, entries of the process's own temp folder (TMPDIR, set at start for every child), RSS
 
-At the end, per backend: whether each count is back to its value after the first cycle (RSS within ``--rss-mb``),
-and that no study was lost (raised) or wrong (labels unlike the first study's). Exit status 1 otherwise.
+At the end, per backend: whether each count is back to (or below) its value after the first cycle (RSS within
+``--rss-mb``), and that no study was lost (raised) or wrong (labels unlike the first study's). Exit status 1 otherwise.
 
     .venv/bin/python benchmarks/soak.py [--backends torch triton grpc http] [--studies 300] [--cycle 10]
         [--size 64] [--roi 32] [--in-flight 4] [--close-timeout 0] [--json FILE]
@@ -52,7 +52,7 @@ from monai_triton_ops.server import LocalTritonServer  # noqa: E402
 
 MODEL = "brain_tissue_seg"
 BACKENDS = ("torch", "triton", "grpc", "http")
-#: The counts that must come back exactly to their value after the first cycle.
+#: The counts that must be back at (or below) their value after the first cycle.
 EXACT = ("threads", "fds", "shm", "children", "temp")
 
 
@@ -140,12 +140,12 @@ class Soak:
     seconds: float = 0.0
 
     def leaks(self, rss_mb: float) -> list[str]:
-        """What is not back to its count after the first cycle (RSS: more than ``rss_mb`` above it)."""
+        """What is above its count after the first cycle at the end (RSS: more than ``rss_mb`` above it)."""
         if len(self.censuses) < 2:
             return []
         first, last = self.censuses[0], self.censuses[-1]
-        found = [f"{name} {getattr(first, name)} -> {getattr(last, name)}" for name in EXACT]
-        found = [text for name, text in zip(EXACT, found, strict=True) if getattr(first, name) != getattr(last, name)]
+        grown = [name for name in EXACT if getattr(last, name) > getattr(first, name)]
+        found = [f"{name} {getattr(first, name)} -> {getattr(last, name)}" for name in grown]
         if last.rss_mb - first.rss_mb > rss_mb:
             found.append(f"rss {first.rss_mb:.0f} -> {last.rss_mb:.0f} MB")
         return found

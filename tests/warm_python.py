@@ -5,9 +5,11 @@ subpackage) and Holoscan before it reads an argument; the suite starts dozens of
 (CONTRIBUTING.md, "where the suite's time goes"). Here one *zygote* per test worker imports them once, and each run
 is a fork of it that then does what ``python -m MODULE ARGS`` or ``python PATH ARGS`` does: ``sys.argv``,
 ``sys.path[0]``, the working directory and the environment, stdin from ``/dev/null``, stdout and stderr to files,
-then the module or script as ``__main__`` (``runpy``, as ``python`` itself). It exits as ``python`` does: the
-interpreter's own handling of ``SystemExit``, of an uncaught exception (traceback, exit 1), of ``atexit`` and
-non-daemon threads.
+then the module or script as ``__main__`` (``runpy``, as ``python`` itself). It exits as ``python`` does
+(``SystemExit``, an uncaught exception's traceback and exit 1, non-daemon threads joined, ``atexit``), less the
+finalisation of the heap it shares with the zygote, which would copy nearly every page it inherited (``_exit``: 1.7 s
+of CPU a run). A shell script's ``monai-triton`` lines fork too, through a stand-in on the ``PATH``
+(``console_script``).
 
 What could differ from a fresh ``python``, and how it is kept the same:
 
