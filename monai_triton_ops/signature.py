@@ -16,34 +16,37 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
+from . import lazy_torch
 from .errors import ConfigError
 
-#: Triton wire dtype -> (numpy dtype, torch dtype). BYTES has no torch equivalent.
-_DTYPES: Mapping[str, tuple[np.dtype[Any], torch.dtype | None]] = MappingProxyType(
+if TYPE_CHECKING:
+    import torch
+
+#: Triton wire dtype -> (numpy dtype, name of the torch dtype). BYTES has no torch equivalent. Torch's own dtypes are
+#: looked up by name on first use, so that this table does not import torch (``lazy_torch.py``).
+_DTYPES: Mapping[str, tuple[np.dtype[Any], str | None]] = MappingProxyType(
     {
-        "BOOL": (np.dtype(np.bool_), torch.bool),
-        "UINT8": (np.dtype(np.uint8), torch.uint8),
-        "UINT16": (np.dtype(np.uint16), torch.uint16),
-        "UINT32": (np.dtype(np.uint32), torch.uint32),
-        "UINT64": (np.dtype(np.uint64), torch.uint64),
-        "INT8": (np.dtype(np.int8), torch.int8),
-        "INT16": (np.dtype(np.int16), torch.int16),
-        "INT32": (np.dtype(np.int32), torch.int32),
-        "INT64": (np.dtype(np.int64), torch.int64),
-        "FP16": (np.dtype(np.float16), torch.float16),
-        "FP32": (np.dtype(np.float32), torch.float32),
-        "FP64": (np.dtype(np.float64), torch.float64),
-        "BF16": (np.dtype(np.uint16), torch.bfloat16),  # numpy has no bfloat16: raw 16-bit words
+        "BOOL": (np.dtype(np.bool_), "bool"),
+        "UINT8": (np.dtype(np.uint8), "uint8"),
+        "UINT16": (np.dtype(np.uint16), "uint16"),
+        "UINT32": (np.dtype(np.uint32), "uint32"),
+        "UINT64": (np.dtype(np.uint64), "uint64"),
+        "INT8": (np.dtype(np.int8), "int8"),
+        "INT16": (np.dtype(np.int16), "int16"),
+        "INT32": (np.dtype(np.int32), "int32"),
+        "INT64": (np.dtype(np.int64), "int64"),
+        "FP16": (np.dtype(np.float16), "float16"),
+        "FP32": (np.dtype(np.float32), "float32"),
+        "FP64": (np.dtype(np.float64), "float64"),
+        "BF16": (np.dtype(np.uint16), "bfloat16"),  # numpy has no bfloat16: raw 16-bit words
         "BYTES": (np.dtype(np.object_), None),
     }
 )
 _FROM_NUMPY = {np_dtype: name for name, (np_dtype, _) in _DTYPES.items() if name != "BF16"}
-_FROM_TORCH = {t: name for name, (_, t) in _DTYPES.items() if t is not None}
 #: Names MONAI metadata uses for dtypes ("float32", "int64", ...), mapped to wire names.
 _FROM_ALIAS = {str(np_dtype): name for np_dtype, name in _FROM_NUMPY.items()} | {"bfloat16": "BF16", "bool": "BOOL"}
 
@@ -63,22 +66,33 @@ def dtype_to_numpy(dtype: str) -> np.dtype[Any]:
 
 def dtype_to_torch(dtype: str) -> torch.dtype:
     """Torch dtype for a Triton wire dtype name; BYTES has none."""
-    torch_dtype = _DTYPES[_check_dtype(dtype)][1]
-    if torch_dtype is None:
+    torch_name = _DTYPES[_check_dtype(dtype)][1]
+    if torch_name is None:
         raise ConfigError(f"dtype {dtype} has no torch equivalent")
-    return torch_dtype
+    import torch
+
+    dtype_: torch.dtype = getattr(torch, torch_name)
+    return dtype_
+
+
+@functools.cache
+def _from_torch() -> Mapping[Any, str]:
+    """Torch dtype -> wire name; asked only for a torch value, so torch is already imported."""
+    import torch
+
+    return {getattr(torch, t): name for name, (_, t) in _DTYPES.items() if t is not None}
 
 
 def dtype_of(value: Any) -> str:
     """Triton wire dtype of a numpy/torch array or dtype, or of a MONAI metadata name like 'float32'."""
-    if isinstance(value, (torch.Tensor, np.ndarray)):
+    if isinstance(value, np.ndarray) or lazy_torch.is_tensor(value):
         value = value.dtype
-        known = _FROM_NUMPY.get(value) if isinstance(value, np.dtype) else _FROM_TORCH.get(value)
+        known = _FROM_NUMPY.get(value) if isinstance(value, np.dtype) else _from_torch().get(value)
         if known is not None:  # every array of every request comes here: the table first
             return known
-    if isinstance(value, torch.dtype):
-        if value in _FROM_TORCH:
-            return _FROM_TORCH[value]
+    if lazy_torch.is_dtype(value):
+        if value in _from_torch():
+            return _from_torch()[value]
     elif isinstance(value, str) and value.lower() in _FROM_ALIAS:
         return _FROM_ALIAS[value.lower()]
     elif isinstance(value, str) and value.upper() in _DTYPES:

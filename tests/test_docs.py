@@ -11,13 +11,14 @@ pages are held to it too) carries a marker on the line before its opening fence:
 The sandbox is a fresh folder per block holding what the examples name: a copy of ``model_repository/``,
 ``model.pt`` / ``model.ts`` (a small UNet with MONAI metadata), ``plain.pt`` (the same without),
 ``models_client_side/seg`` (a client-side config like the App SDK remote example's), and ``.venv`` and ``apps``
-linked from the checkout; ``monai-triton`` is on ``PATH``. Bash runs with ``-euo pipefail``; a
-``monai-triton serve`` line runs until it has listed its models, then gets Ctrl-C (SIGINT) and must exit 0; a
-``monai-triton package`` line runs with ``--no-build``: it checks its arguments, the app and the models and writes
-the whole build context, and the image build itself (minutes) is ``tests/packaging/test_map_image.py``'s.
-Python blocks run in a fresh interpreter. The ``server`` given is the session's local tritonserver over the
-committed repository (``committed_server``, the same files as the sandbox's copy); its address replaces the docs'
-placeholder ``triton.example``.
+linked from the checkout; ``monai-triton`` is on ``PATH``, a stand-in that forks it from the worker's warm
+interpreter (``tests/warm_python.py``: a command pays no import of torch, MONAI and Holoscan of its own). Bash runs
+with ``-euo pipefail``; a ``monai-triton serve`` line runs until it has listed its models, then gets Ctrl-C (SIGINT)
+and must exit 0; a ``monai-triton package`` line runs with ``--no-build``: it checks its arguments, the app and the
+models and writes the whole build context, and the image build itself (minutes) is
+``tests/packaging/test_map_image.py``'s. Python blocks run in a fresh interpreter. The ``server`` given is the
+session's local tritonserver over the committed repository (``committed_server``, the same files as the sandbox's
+copy); its address replaces the docs' placeholder ``triton.example``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
+from . import warm_python
 
 if TYPE_CHECKING:
     from monai_triton_ops.server import LocalTritonServer
@@ -164,9 +167,17 @@ def server(committed_server: LocalTritonServer) -> dict[str, str]:
     return {"triton.example:8001": committed_server.grpc_address, "triton.example:8000": committed_server.http_address}
 
 
-def environment() -> dict[str, str]:
+@pytest.fixture(scope="module")
+def scripts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding ``monai-triton``, forked from the worker's warm interpreter (``warm_python.console_script``)."""
+    folder = tmp_path_factory.mktemp("warm_scripts")
+    warm_python.console_script(folder, "monai-triton")
+    return folder
+
+
+def environment(scripts: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PATH"] = f"{scripts}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = str(ROOT)
     return env
 
@@ -207,7 +218,7 @@ def test_package_lines_build_the_context_only_and_serve_lines_stop_when_ready() 
 @pytest.mark.slow
 @pytest.mark.triton
 @pytest.mark.parametrize("block", RUN, ids=[b.where for b in RUN])
-def test_the_block_runs_as_written(block: Block, sandbox: Path, request: pytest.FixtureRequest) -> None:
+def test_the_block_runs_as_written(block: Block, sandbox: Path, scripts: Path, request: pytest.FixtureRequest) -> None:
     body = block.body
     if "server" in givens(block):
         for placeholder, address in request.getfixturevalue("server").items():
@@ -218,7 +229,7 @@ def test_the_block_runs_as_written(block: Block, sandbox: Path, request: pytest.
     else:
         command = ["bash", "-euo", "pipefail", "-c", SERVE_UNTIL_READY + as_tested(body)]
     result = subprocess.run(
-        command, cwd=sandbox, env=environment(), capture_output=True, text=True, timeout=600, check=False
+        command, cwd=sandbox, env=environment(scripts), capture_output=True, text=True, timeout=600, check=False
     )
     assert result.returncode == 0, f"{block.where} failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -87,3 +88,91 @@ def test_an_environment_that_changes_what_imports_read_runs_fresh(tmp_path: Path
     result = warm_python.run([sys.executable, str(tmp_path / "pid.py")], cwd=tmp_path, env=env, timeout=60)
     assert not result.forked
     assert int(result.stdout) == os.getpid()
+
+
+SCRIPT_PROBE = """
+import json, os, sys
+seen = {"argv": sys.argv[1:], "cwd": os.getcwd(), "env": os.environ.get("MONAI_TRITON_PROBE"),
+        "stdin": sys.stdin.read(), "path": sys.path[1] == os.environ["PYTHONPATH"]}
+print(json.dumps(seen), flush=True)
+print("to stderr", file=sys.stderr, flush=True)
+print(json.dumps({"torch": "torch" in sys.modules}), file=sys.stderr)
+if sys.argv[1] == "wait":
+    import signal
+    signal.signal(signal.SIGINT, lambda *_: sys.exit(7))
+    signal.pause()
+sys.exit(int(sys.argv[1]))
+"""
+
+
+def test_a_console_script_stand_in_forks_with_the_shells_redirections(tmp_path: Path) -> None:
+    """A shell line's ``monai-triton``: its arguments, folder, stdin and redirections reach the fork, as a fresh
+    script's do; SIGINT to the stand-in reaches the fork and the exit code comes back."""
+    real = tmp_path / "real" / "probe"
+    real.parent.mkdir()
+    real.write_text(f"#!{sys.executable}\n{SCRIPT_PROBE}")
+    real.chmod(0o755)
+    (tmp_path / "bin").mkdir()
+    warm_python.console_script(tmp_path / "bin", "probe", real)
+    env = warm_python.environment(MONAI_TRITON_PROBE="set", PYTHONPATH=str(tmp_path))
+    line = "echo input | {} 3 --flag > out.txt 2> err.txt || echo code=$? >> out.txt; cat out.txt err.txt"
+    shell = ["bash", "-c"]
+    fresh = subprocess.run(
+        [*shell, line.format(real)], cwd=tmp_path, env=env, capture_output=True, text=True, check=True
+    )
+    forked = subprocess.run(
+        [*shell, line.format(tmp_path / "bin" / "probe")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    *same, loaded = forked.stdout.splitlines()
+    assert same == fresh.stdout.splitlines()[:-1]
+    assert same[1:] == ["code=3", "to stderr"]
+    assert json.loads(same[0]) == {
+        "argv": ["3", "--flag"],
+        "cwd": str(tmp_path),
+        "env": "set",
+        "stdin": "input\n",
+        "path": True,
+    }
+    assert json.loads(loaded) == {"torch": True}, "the stand-in ran the script fresh, not forked"
+    interrupted = "{} wait & sleep 1; kill -INT $!; wait $! || echo code=$?"
+    waited = subprocess.run(
+        [*shell, interrupted.format(tmp_path / "bin" / "probe")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert waited.stdout.splitlines()[-1] == "code=7"
+
+
+@pytest.mark.parametrize("ending", ["message", "interrupt"])
+def test_a_forked_run_ends_as_the_interpreter_ends_one(ending: str, tmp_path: Path) -> None:
+    """A forked run skips the teardown of the heap it shares with the zygote (``warm_python._exit``), not what comes
+    before it: non-daemon threads are joined, ``atexit`` functions run, ``SystemExit``'s message is printed, an
+    uncaught ``KeyboardInterrupt`` is death by SIGINT."""
+    (tmp_path / "ending.py").write_text(
+        "import atexit, sys, threading, time\n"
+        "atexit.register(lambda: print('atexit ran', flush=True))\n"
+        "threading.Thread(target=lambda: (time.sleep(0.2), print('thread joined', flush=True))).start()\n"
+        "print('buffered', end='')\n"
+        "if sys.argv[1] == 'interrupt':\n"
+        "    raise KeyboardInterrupt\n"
+        "sys.exit('the message')\n"
+    )
+    fresh, forked = both([sys.executable, str(tmp_path / "ending.py"), ending], tmp_path)
+    assert (
+        (forked.returncode, forked.stdout)
+        == (fresh.returncode, fresh.stdout)
+        == (
+            (1 if ending == "message" else -signal.SIGINT),
+            "bufferedthread joined\natexit ran\n",
+        )
+    )
+    assert forked.stderr.splitlines()[-1] == fresh.stderr.splitlines()[-1]

@@ -5,9 +5,11 @@ subpackage) and Holoscan before it reads an argument; the suite starts dozens of
 (CONTRIBUTING.md, "where the suite's time goes"). Here one *zygote* per test worker imports them once, and each run
 is a fork of it that then does what ``python -m MODULE ARGS`` or ``python PATH ARGS`` does: ``sys.argv``,
 ``sys.path[0]``, the working directory and the environment, stdin from ``/dev/null``, stdout and stderr to files,
-then the module or script as ``__main__`` (``runpy``, as ``python`` itself). It exits as ``python`` does: the
-interpreter's own handling of ``SystemExit``, of an uncaught exception (traceback, exit 1), of ``atexit`` and
-non-daemon threads.
+then the module or script as ``__main__`` (``runpy``, as ``python`` itself). It exits as ``python`` does
+(``SystemExit``, an uncaught exception's traceback and exit 1, non-daemon threads joined, ``atexit``), less the
+finalisation of the heap it shares with the zygote, which would copy nearly every page it inherited (``_exit``: 1.7 s
+of CPU a run). A shell script's ``monai-triton`` lines fork too, through a stand-in on the ``PATH``
+(``console_script``).
 
 What could differ from a fresh ``python``, and how it is kept the same:
 
@@ -27,10 +29,12 @@ output are what the test reads.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -50,6 +54,7 @@ RUNTIME_ENV_PREFIX = "MONAI_TRITON_"
 RUNTIME_ENV = frozenset(
     {
         "PYTEST_CURRENT_TEST",
+        "PYTHONPATH",  # a run puts its entries on sys.path, as the interpreter's start would
         "TORCHINDUCTOR_CACHE_DIR",  # torch sets it in its own process when the inductor first asks for its cache
         "HOLOSCAN_LOG_LEVEL",
         "PATH",
@@ -90,8 +95,10 @@ class Zygote:
         self._dir = Path(tempfile.mkdtemp(prefix="warm-python-"))
         self.base_env = dict(os.environ)
         self._log = open(self._dir / "zygote.log", "wb")  # noqa: SIM115 - lives as long as the zygote
+        #: Where console scripts' stand-ins (``console_script``) ask the zygote for a fork.
+        self.socket_path = self._dir / "scripts.sock"
         self._process = subprocess.Popen(
-            [sys.executable, __file__],
+            [sys.executable, __file__, str(self.socket_path)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,
@@ -113,6 +120,30 @@ class Zygote:
         keys = set(env) | set(self.base_env)
         changed = {key for key in keys if env.get(key) != self.base_env.get(key)}
         return sorted(key for key in changed if not (key.startswith(RUNTIME_ENV_PREFIX) or key in RUNTIME_ENV))
+
+    def console_script(self, folder: Path, name: str, real: Path | None = None) -> Path:
+        """``folder/name``: a stand-in for the venv's console script ``name`` that runs it forked from this zygote.
+
+        For commands that a test does not start itself (a shell script's ``monai-triton`` lines): put ``folder``
+        first on the ``PATH``. The stand-in (``tests/warm_script.py``, a bare interpreter: ``python -IS``) hands its
+        arguments, working folder, environment and its stdin, stdout and stderr themselves to the zygote, forwards
+        SIGINT, SIGTERM and SIGHUP to the fork and exits as it does. An environment that changes a variable read on
+        import runs the real script instead, as ``run`` does. ``real``: the script (default: the venv's ``name``).
+        """
+        real = real or Path(sys.executable).parent / name
+        config = folder / f".{name}.json"
+        delta = self._delta
+        settings = {"socket": str(self.socket_path), "real": str(real), "base_env": self.base_env, "delta": delta}
+        config.write_text(json.dumps({**settings, "prefix": RUNTIME_ENV_PREFIX, "runtime": sorted(RUNTIME_ENV)}))
+        script = folder / name
+        stand_in = _ROOT / "tests" / "warm_script.py"
+        script.write_text(
+            f"#!{sys.executable} -IS\n"
+            f"CONFIG = {str(config)!r}\n"
+            f"exec(compile(open({str(stand_in)!r}).read(), {str(stand_in)!r}, 'exec'))\n"
+        )
+        script.chmod(0o755)
+        return script
 
     def run(self, args: Sequence[str], *, cwd: Path | str, env: Mapping[str, str] | None, timeout: float) -> PythonRun:
         """``args`` (without the interpreter) in a fork; raises ``subprocess.TimeoutExpired`` after killing it."""
@@ -237,6 +268,16 @@ def _logged(result: PythonRun) -> PythonRun:
     return result
 
 
+def console_script(folder: Path, name: str = "monai-triton", real: Path | None = None) -> Path:
+    """``folder/name``, a stand-in for the venv's console script ``name`` (or the script ``real``) that forks it from
+    this worker's zygote (``Zygote.console_script``); with ``WARM_PYTHON=0``, a link to the real script."""
+    script = folder / name
+    if os.environ.get("WARM_PYTHON") == "0":
+        script.symlink_to(real or Path(sys.executable).parent / name)
+        return script
+    return _started().console_script(folder, name, real)
+
+
 def environment(**changes: str) -> dict[str, str]:
     """The environment the warm interpreter started with, plus ``changes``: a run with it is always forked."""
     return {**_started().base_env, **changes}
@@ -260,17 +301,23 @@ def close() -> None:
 
 
 # -- the zygote itself ---------------------------------------------------------------------------------------------
-def _serve() -> tuple[str, str]:
+def _serve(socket_path: str) -> tuple[str, str]:
     """Import PRELOAD, say ready, then fork one child per request and report its pid and exit code.
 
-    Returns in a child only: what it is to run (``("module", NAME)`` or ``("path", PATH)``).
+    Requests come from the test worker (stdin: a JSON line naming files for stdout and stderr; answers on stdout)
+    and from console-script stand-ins (``socket_path``: a JSON message with the stand-in's stdin, stdout and stderr
+    attached; answers on that connection). Returns in a child only: what it is to run (``("module", NAME)`` or
+    ``("path", PATH)``).
     """
     ctl_in, ctl_out = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     captured = tempfile.TemporaryFile()  # noqa: SIM115 - the zygote's life long
     saved_err = os.dup(2)
-    own = [ctl_in, ctl_out, null, saved_err, captured.fileno()]
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(socket_path)
+    listener.listen()
+    own = [ctl_in, ctl_out, null, saved_err, captured.fileno(), listener.fileno()]
     os.dup2(captured.fileno(), 1)
     os.dup2(captured.fileno(), 2)
     import importlib
@@ -286,48 +333,77 @@ def _serve() -> tuple[str, str]:
     captured.seek(0)
     printed = captured.read()
     _write(ctl_out, {"env": dict(os.environ)})
-    children: dict[int, int] = {}  # pidfd -> pid
+    children: dict[int, tuple[int, socket.socket | None]] = {}  # pidfd -> pid, the stand-in's connection or None
     buffer = b""
     while True:
-        ready = select.select([ctl_in, *children], [], [])[0]
+        ready = select.select([ctl_in, listener, *children], [], [])[0]
         for fd in ready:
             if fd in children:
-                pid = children.pop(fd)
+                pid, connection = children.pop(fd)
                 _, status = os.waitpid(pid, 0)
                 os.close(fd)
-                _write(ctl_out, {"pid": pid, "code": os.waitstatus_to_exitcode(status)})
-        if ctl_in not in ready:
-            continue
-        chunk = os.read(ctl_in, 1 << 20)
-        if not chunk:
-            os._exit(0)  # the test worker is done; running children finish on their own
-        buffer += chunk
-        while b"\n" in buffer:
-            line, buffer = buffer.split(b"\n", 1)
-            request = json.loads(line)
+                _answer(connection, ctl_out, {"pid": pid, "code": os.waitstatus_to_exitcode(status)})
+        requests: list[tuple[dict[str, Any], socket.socket | None, list[int]]] = []
+        if listener in ready:
+            connection, _ = listener.accept()
+            message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
+            requests.append((json.loads(message), connection, fds))
+        if ctl_in in ready:
+            chunk = os.read(ctl_in, 1 << 20)
+            if not chunk:
+                os._exit(0)  # the test worker is done; running children finish on their own
+            buffer += chunk
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                requests.append((json.loads(line), None, []))
+        for request, connection, fds in requests:
             sys.stdout.flush()
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
                 for fd in (*own, *children):
                     os.close(fd)
-                return _become(request, printed)
-            children[os.pidfd_open(pid)] = pid
-            _write(ctl_out, {"pid": pid})
+                for _, other in children.values():
+                    if other is not None:
+                        other.close()
+                return _become(request, printed, fds)
+            for fd in fds:
+                os.close(fd)
+            children[os.pidfd_open(pid)] = (pid, connection)
+            _answer(connection, ctl_out, {"pid": pid})
+
+
+def _answer(connection: socket.socket | None, ctl_out: int, message: dict[str, Any]) -> None:
+    """A child's pid, then its exit code: to the stand-in that asked (closed after the code), else to the worker."""
+    if connection is None:
+        _write(ctl_out, message)
+        return
+    with contextlib.suppress(OSError):  # the stand-in was killed: nobody waits for the answer
+        connection.send(json.dumps(message).encode())
+    if "code" in message:
+        connection.close()
 
 
 def _write(fd: int, message: dict[str, Any]) -> None:
     os.write(fd, json.dumps(message).encode() + b"\n")
 
 
-def _become(request: dict[str, Any], printed: bytes) -> tuple[str, str]:
-    """In the child: the process ``python ARGV`` would be, up to running its ``__main__``."""
-    out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.dup2(out, 1)
-    os.dup2(err, 2)
-    os.close(out)
-    os.close(err)
+def _become(request: dict[str, Any], printed: bytes, stdio: Sequence[int]) -> tuple[str, str]:
+    """In the child: the process ``python ARGV`` would be, up to running its ``__main__``.
+
+    ``stdio``: a stand-in's stdin, stdout and stderr; none: stdout and stderr to the files the request names.
+    """
+    if stdio:
+        for target, fd in enumerate(stdio):
+            os.dup2(fd, target)
+            os.close(fd)
+    else:
+        out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        os.close(out)
+        os.close(err)
     os.write(2, printed)
     os.chdir(request["cwd"])
     os.environ.clear()
@@ -339,6 +415,8 @@ def _become(request: dict[str, Any], printed: bytes) -> tuple[str, str]:
         set_log_level(getattr(LogLevel, level.upper(), LogLevel.INFO))
     argv = request["argv"]
     sys.orig_argv = [sys.executable, *argv]
+    extra = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    sys.path[0:0] = [os.path.abspath(entry) for entry in extra if os.path.abspath(entry) not in sys.path]
     if argv[0] == "-m":
         sys.path.insert(0, os.getcwd())
         sys.argv = ["-m", *argv[2:]]
@@ -353,6 +431,40 @@ def _become(request: dict[str, Any], printed: bytes) -> tuple[str, str]:
     return "path", path
 
 
+def _exit(raised: BaseException | None) -> None:
+    """End a run as the interpreter ends ``python``, less its teardown of the heap the run shares with the zygote.
+
+    The exit code and what is printed are the interpreter's: ``SystemExit``'s code (a message printed, 1), an uncaught
+    exception's traceback and 1, an uncaught ``KeyboardInterrupt`` as death by SIGINT; non-daemon threads are joined,
+    then the ``atexit`` functions run (logging's shutdown, ``weakref.finalize``) and the standard streams are flushed.
+    What is skipped is the finalisation of every object still alive (the modules of torch, MONAI and Holoscan, then
+    C++ static destructors): in a fork it writes to nearly every page it inherited, copying them, 1.7 s of CPU per
+    run against 0.05 s without (``os._exit``). An object's ``__del__`` at exit and the tail of a file left unclosed
+    are what a forked run would lose; ``WARM_PYTHON=0`` runs fresh.
+    """
+    import atexit
+
+    code = 0
+    if isinstance(raised, SystemExit):
+        if raised.code is None or isinstance(raised.code, int):
+            code = raised.code or 0
+        else:
+            print(raised.code, file=sys.stderr)
+            code = 1
+    elif raised is not None:
+        sys.excepthook(type(raised), raised, raised.__traceback__)
+        code = 1
+    threading._shutdown()  # type: ignore[attr-defined]  # what Py_Finalize does first: join non-daemon threads
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    if isinstance(raised, KeyboardInterrupt):
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code & 0xFF)
+
+
 if __name__ == "__main__":
     import runpy
 
@@ -361,9 +473,13 @@ if __name__ == "__main__":
 
     prepare_process(restart=True)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C of the test run is the worker's to handle
-    kind, target = _serve()
+    kind, target = _serve(sys.argv[1])
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    if kind == "module":
-        runpy.run_module(target, run_name="__main__", alter_sys=True)
-    else:
-        runpy.run_path(target, run_name="__main__")
+    try:
+        if kind == "module":
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(target, run_name="__main__")
+    except BaseException as exc:  # every way out of __main__ ends the run, as the interpreter's would
+        _exit(exc)
+    _exit(None)

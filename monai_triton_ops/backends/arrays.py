@@ -2,20 +2,25 @@
 
 A request carries its inputs as the caller gave them (numpy, or torch on its device) and the
 family the caller wants back, so a backend converts only when its transport needs to: the
-TorchScript backend wants torch, a shared-memory region wants numpy, the C API takes either.
+TorchScript backend wants torch, a shared-memory region wants numpy, the C API takes either. Torch is imported only
+where a torch value is asked for (``lazy_torch.py``): a caller that passes numpy never loads it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, TypeAlias
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import numpy as np
-import torch
+
+from ..lazy_torch import is_tensor
+
+if TYPE_CHECKING:
+    import torch
 
 #: What callers pass and get back: a numpy array or a torch tensor.
-ArrayLike: TypeAlias = np.ndarray | torch.Tensor
+ArrayLike: TypeAlias = "np.ndarray | torch.Tensor"
 
 
 @dataclass(frozen=True)
@@ -28,7 +33,7 @@ class ArrayFamily:
     @classmethod
     def of(cls, value: ArrayLike) -> ArrayFamily:
         """The family of one array: torch on its device, else numpy."""
-        if isinstance(value, torch.Tensor):
+        if is_tensor(value):
             return cls("torch", value.device)
         return _NUMPY
 
@@ -38,6 +43,8 @@ _NUMPY = ArrayFamily("numpy")
 
 def as_torch(value: ArrayLike) -> torch.Tensor:
     """A plain torch tensor, zero-copy where possible (numpy shares memory; MetaTensor is unwrapped)."""
+    import torch
+
     if isinstance(value, torch.Tensor):
         return value if type(value) is torch.Tensor else value.as_subclass(torch.Tensor)
     return torch.from_numpy(np.ascontiguousarray(value))
@@ -45,14 +52,16 @@ def as_torch(value: ArrayLike) -> torch.Tensor:
 
 def as_numpy(value: ArrayLike) -> np.ndarray:
     """A numpy array; a CPU tensor shares its memory, a GPU tensor is copied to the host."""
-    if isinstance(value, torch.Tensor):
+    if is_tensor(value):
         return value.detach().cpu().numpy()
     return np.asarray(value)
 
 
 def to_numpy(value: ArrayLike) -> np.ndarray:
     """A C-contiguous numpy array of a caller's input (torch on any device, numpy, or a MetaTensor)."""
-    if isinstance(value, torch.Tensor):
+    if is_tensor(value):  # torch is imported only by a caller that has a tensor
+        import torch
+
         tensor = value.detach()
         if type(tensor) is not torch.Tensor:
             tensor = tensor.as_subclass(torch.Tensor)
@@ -95,7 +104,9 @@ def join(parts: Sequence[Mapping[str, ArrayLike]]) -> dict[str, ArrayLike]:
     joined: dict[str, ArrayLike] = {}
     for name, first in parts[0].items():
         values = [part[name] for part in parts]
-        if isinstance(first, torch.Tensor):
+        if is_tensor(first):
+            import torch
+
             joined[name] = torch.cat([as_torch(v) for v in values], dim=0)
         else:
             joined[name] = np.concatenate([as_numpy(v) for v in values], axis=0)

@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from abc import ABC, abstractmethod
-from collections import deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -35,7 +33,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING, ClassVar, NamedTuple, overload
 
 import numpy as np
-import torch
 
 from ..client.workers import JOIN_TIMEOUT_S, Workers
 from ..errors import BackendStateError, ConfigError, UsageError
@@ -44,9 +41,10 @@ from ..validation import InputChecks
 from .arrays import ArrayFamily, ArrayLike
 from .flow import BackendState, RequestFlow
 from .options import BackendOptions
-from .requests import Call, InferRequest, Parameter
+from .requests import InferRequest, Parameter
 
 if TYPE_CHECKING:
+    import torch
     from typing_extensions import Self
 
 __all__ = ["ArrayFamily", "ArrayLike", "Availability", "BackendState", "BaseBackend", "InferRequest"]
@@ -64,14 +62,15 @@ class Availability(NamedTuple):
     detail: str
 
 
-class BaseBackend(RequestFlow, ABC):
+class BaseBackend(ABC):
     """Lifecycle, validation, batch split, requests in flight, deadlines and conversions.
 
     A subclass provides ``_open`` and either ``_infer`` (synchronous: run on the base's worker
     pool, ``max_in_flight`` threads, made before ``_open`` and given to it as ``self._pool``) or ``_submit``
     (asynchronous: must not block, completes the future exactly once), optionally ``_cancel``, ``_close``
     and ``_can_infer_here`` (``_infer`` on the caller's thread). ``open()`` is explicit (and done
-    by ``with``) so heavy loading happens where the caller chooses; a closed backend never reopens.
+    by ``with``) so heavy loading happens where the caller chooses; a closed backend never reopens. Requests run
+    through the backend's ``RequestFlow`` (``flow.py``), which holds the state they share with the lifecycle.
     """
 
     #: The spec scheme this backend answers to (``"torch"``, ``"grpc"``...), for messages.
@@ -116,17 +115,8 @@ class BaseBackend(RequestFlow, ABC):
         self.version = version
         self.urls = tuple(urls)
         self.options = options
-        self._state = BackendState.NEW
-        self._lock = threading.Lock()  # a plain lock on the per-request path (a Condition's `with` is Python code)
-        self._drained = threading.Condition(self._lock)  # what close() waits on: requests and calls ending
-        self._signature: ModelSignature | None = None
-        self._check_inputs: InputChecks | None = None
         self._pool: Workers | None = None
-        self._pid = os.getpid()  # the process that opened it: its threads and connections are not a forked child's
-        self._queue: deque[tuple[Call, int]] = deque()
-        self._calls: set[Call] = set()
-        self._in_flight = 0
-        self._local = threading.local()
+        self._flow = RequestFlow(self)
 
     # -- what a subclass provides ------------------------------------------------------------
     @abstractmethod
@@ -143,7 +133,7 @@ class BaseBackend(RequestFlow, ABC):
         pool = self._pool
         if pool is None:
             raise BackendStateError(f"{self!r}: no worker pool (not open)")
-        return pool.submit(self._run_sync, request)
+        return pool.submit(self._flow.run_sync, request)
 
     @property
     def _synchronous(self) -> bool:
@@ -159,49 +149,61 @@ class BaseBackend(RequestFlow, ABC):
         """
         return False
 
-    def _cancel(self, request: InferRequest) -> None:
+    def _cancel(self, request: InferRequest) -> None:  # noqa: B027 - optional hook: nothing to stop by default
         """Best effort: stop a request past its deadline or left over at ``close()`` (``request.cancelled`` is
         already set)."""
 
-    def _close(self) -> None:
+    def _close(self) -> None:  # noqa: B027 - optional hook: nothing to release by default
         """Release what ``_open`` acquired; requests that ignored ``_cancel`` may still be running."""
 
     # -- lifecycle ---------------------------------------------------------------------------
     @property
     def state(self) -> BackendState:
-        with self._lock:
-            return self._state
+        with self._flow.lock:
+            return self._flow.state
+
+    @property
+    def _state(self) -> BackendState:
+        """The state without the lock (for ``__repr__``, which messages made under the lock call)."""
+        return self._flow.state
+
+    @property
+    def _pid(self) -> int:
+        """The process that opened the backend (a forked child's copy is not its to release)."""
+        return self._flow.pid
 
     @property
     def in_flight(self) -> int:
         """Requests handed to the backend and not finished (never above ``options.max_in_flight``)."""
-        with self._lock:
-            return self._in_flight
+        with self._flow.lock:
+            return self._flow.in_flight
 
     @property
     def signature(self) -> ModelSignature:
         """The model's named inputs and outputs; available once open."""
-        if self._signature is None:
+        signature = self._flow.signature
+        if signature is None:
             raise BackendStateError(f"{self!r}: call open() (or use 'with') before reading the signature")
-        return self._signature
+        return signature
 
     def open(self) -> Self:
         """Load the model; a no-op when already open. Returns ``self`` for chaining."""
-        with self._lock:
-            if self._state in (BackendState.CLOSING, BackendState.CLOSED):
+        flow = self._flow
+        with flow.lock:
+            if flow.state in (BackendState.CLOSING, BackendState.CLOSED):
                 raise BackendStateError(f"{self!r}: cannot reopen a backend once it has been closed")
-            if self._state is BackendState.NEW:
-                self._pid = os.getpid()
+            if flow.state is BackendState.NEW:
+                flow.pid = os.getpid()
                 if self._synchronous:
                     self._pool = Workers(f"{self.kind}-{self.model_name}", self.options.max_in_flight)
                 try:
-                    self._signature = self._open()
+                    signature = self._open()
                 except BaseException:
                     self._stop_pool()
                     raise
-                self._check_inputs = InputChecks(self._signature)
-                self._state = BackendState.OPEN
-                logger.info("opened %r: inputs %s outputs %s", self, self._signature.inputs, self._signature.outputs)
+                flow.signature, flow.check_inputs = signature, InputChecks(signature)
+                flow.state = BackendState.OPEN
+                logger.info("opened %r: inputs %s outputs %s", self, signature.inputs, signature.outputs)
         return self
 
     def close(self, timeout_s: float | None = None) -> None:
@@ -210,33 +212,34 @@ class BaseBackend(RequestFlow, ABC):
         Safe to call more than once. ``timeout_s=None`` waits at most ``CLOSE_TIMEOUT_S``.
         """
         limit = CLOSE_TIMEOUT_S if timeout_s is None else max(0.0, timeout_s)
-        with self._lock:
-            if self._state is not BackendState.OPEN:
-                if self._state is BackendState.NEW:
-                    self._state = BackendState.CLOSED
+        flow = self._flow
+        with flow.lock:
+            if flow.state is not BackendState.OPEN:
+                if flow.state is BackendState.NEW:
+                    flow.state = BackendState.CLOSED
                 return
-            self._state = BackendState.CLOSING
+            flow.state = BackendState.CLOSING
             end = time.monotonic() + limit
-            while self._busy() and (remaining := end - time.monotonic()) > 0:
-                self._drained.wait(remaining)
-            leftover = [call for call in self._calls if not call.future.done()]
-            self._queue.clear()
+            while flow.busy() and (remaining := end - time.monotonic()) > 0:
+                flow.drained.wait(remaining)
+            leftover = [call for call in flow.calls if not call.future.done()]
+            flow.queue.clear()
         for call in leftover:
             error = BackendStateError(f"{self!r}: closed after waiting {limit:g} s with this request still in flight")
-            if self._fail(call, error):
-                self._cancel_running(call)
+            if flow.fail(call, error):
+                flow.cancel_running(call)
         try:
             self._close()
         finally:
             self._stop_pool()
-            with self._lock:
-                self._state = BackendState.CLOSED
+            with flow.lock:
+                flow.state = BackendState.CLOSED
             logger.info("closed %r (%d request(s) cut off)", self, len(leftover))
 
     def _stop_pool(self) -> None:
         """No new work for the pool; wait (``JOIN_TIMEOUT_S`` in all) for threads that release what they own."""
         pool, self._pool = self._pool, None
-        if pool is not None and os.getpid() == self._pid:
+        if pool is not None and os.getpid() == self._flow.pid:
             pool.stop(join_timeout_s=JOIN_TIMEOUT_S)
 
     def __enter__(self) -> Self:
@@ -267,8 +270,8 @@ class BaseBackend(RequestFlow, ABC):
         bounds the whole call; past it the future raises ``InferenceTimeoutError``. ``parameters``
         are Triton request parameters for the model (backends with ``takes_parameters`` only).
         """
-        call = self._prepare("submit()", inputs, outputs, timeout_s, parameters)
-        self._enqueue(call)
+        call = self._flow.prepare("submit()", inputs, outputs, timeout_s, parameters)
+        self._flow.enqueue(call)
         return call.future
 
     def infer(
@@ -285,10 +288,11 @@ class BaseBackend(RequestFlow, ABC):
         call on the caller's thread while fewer than ``max_in_flight`` requests are out: no hand-off
         to a worker and back. Same checks, limits, deadline and errors as ``submit``.
         """
-        call = self._prepare("infer()", inputs, outputs, timeout_s, parameters)
-        if len(call.requests) == 1 and self._can_infer_here() and self._start_here(call):
-            return self._run_here(call)
-        self._enqueue(call)
+        flow = self._flow
+        call = flow.prepare("infer()", inputs, outputs, timeout_s, parameters)
+        if len(call.requests) == 1 and self._can_infer_here() and flow.start_here(call):
+            return flow.run_here(call)
+        flow.enqueue(call)
         return call.future.result()
 
     @overload

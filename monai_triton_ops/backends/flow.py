@@ -2,11 +2,13 @@
 
 ``BaseBackend`` (``base.py``) is the contract: lifecycle, the public calls and the hooks a backend implements.
 ``RequestFlow`` is what runs under those calls, the same for every backend: a call is checked and split into
-requests (``_prepare``), queued with a deadline timer (``_enqueue``), handed to the backend while fewer than
+requests (``prepare``), queued with a deadline timer (``enqueue``), handed to the backend while fewer than
 ``max_in_flight`` are out (``_pump``, ``_dispatch``), and concluded request by request (``_conclude``: outputs
 checked and converted, joined in order, or the call failed once). ``infer()``'s one-request call may instead take
-a place and run on the caller's thread (``_start_here``, ``_run_here``). The state it works on is set by
-``BaseBackend.__init__``; every change to it is made under ``_lock``.
+a place and run on the caller's thread (``start_here``, ``run_here``). A ``BaseBackend`` has one flow (composition,
+not a base class): the flow holds the state the lifecycle and the requests share, and asks the backend only for its
+hooks (``FlowHooks``: ``_infer``, ``_submit``, ``_cancel``), its options and its signature; every change to that
+state is made under ``lock``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import weakref
 from collections import deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, Protocol
 
 from ..errors import BackendStateError, InferenceError, InferenceTimeoutError, MonaiTritonError, UsageError
 from ..signature import ModelSignature
@@ -42,33 +44,43 @@ class BackendState(enum.Enum):
     CLOSED = "closed"
 
 
-class RequestFlow:
-    """The request flow of ``BaseBackend``: see the module docstring."""
+class FlowHooks(Protocol):
+    """What the flow asks of its backend: names for messages, options, the signature and the backend's hooks."""
 
-    # Set by BaseBackend.__init__ (the lifecycle and the flow share them).
     kind: ClassVar[str]
     model_name: str
     options: BackendOptions
-    _state: BackendState
-    _lock: threading.Lock
-    _drained: threading.Condition
-    _signature: ModelSignature | None
-    _check_inputs: InputChecks | None
-    _queue: deque[tuple[Call, int]]
-    _calls: set[Call]
-    _in_flight: int
-    _local: threading.local
-    _pid: int
+    takes_parameters: ClassVar[bool]
 
-    if TYPE_CHECKING:  # BaseBackend's properties and hooks, documented there
+    @property
+    def signature(self) -> ModelSignature: ...
+    def _infer(self, request: InferRequest) -> Mapping[str, ArrayLike]: ...
+    def _submit(self, request: InferRequest) -> Future[Mapping[str, ArrayLike]]: ...
+    def _cancel(self, request: InferRequest) -> None: ...
 
-        @property
-        def signature(self) -> ModelSignature: ...
-        def _infer(self, request: InferRequest) -> Mapping[str, ArrayLike]: ...
-        def _submit(self, request: InferRequest) -> Future[Mapping[str, ArrayLike]]: ...
-        def _cancel(self, request: InferRequest) -> None: ...
 
-    def _prepare(
+class RequestFlow:
+    """The request flow of one backend (``BaseBackend`` has one): see the module docstring.
+
+    It holds the state the lifecycle and the flow share, every change made under ``lock``: ``state``, the
+    ``signature`` and its input checks once open, the ``queue`` of requests not yet handed over, the ``calls`` not
+    yet completed, the requests ``in_flight``, and ``pid``, the process that opened the backend.
+    """
+
+    def __init__(self, backend: FlowHooks) -> None:
+        self._backend = backend
+        self.lock = threading.Lock()  # a plain lock on the per-request path (a Condition's `with` is Python code)
+        self.drained = threading.Condition(self.lock)  # what close() waits on: requests and calls ending
+        self.state = BackendState.NEW
+        self.signature: ModelSignature | None = None
+        self.check_inputs: InputChecks | None = None
+        self.pid = os.getpid()  # the process that opened it: its threads and connections are not a forked child's
+        self.queue: deque[tuple[Call, int]] = deque()
+        self.calls: set[Call] = set()
+        self.in_flight = 0
+        self._local = threading.local()
+
+    def prepare(
         self,
         what: str,
         inputs: Mapping[str, ArrayLike],
@@ -79,25 +91,27 @@ class RequestFlow:
         """The checked call: inputs validated, requests within ``max_batch_size``, its deadline fixed."""
         signature, check_inputs = self._signature_if_open(what)
         check_inputs(inputs)
-        given_parameters = checked_parameters(self, parameters)
+        given_parameters = checked_parameters(self._backend, parameters)
         wanted = wanted_outputs(signature, outputs)
-        timeout = self.options.timeout_s if timeout_s is None else timeout_s
+        timeout = self._backend.options.timeout_s if timeout_s is None else timeout_s
         if timeout is not None and not timeout > 0:
-            raise UsageError(f"model {self.model_name!r}: timeout_s must be > 0 seconds, got {timeout!r}")
-        call = Call(split_requests(self.model_name, signature, inputs, wanted, timeout, given_parameters), timeout)
+            raise UsageError(f"model {self._backend.model_name!r}: timeout_s must be > 0 seconds, got {timeout!r}")
+        call = Call(
+            split_requests(self._backend.model_name, signature, inputs, wanted, timeout, given_parameters), timeout
+        )
         if logger.isEnabledFor(logging.DEBUG):
             shapes = {n: tuple(v.shape) for n, v in inputs.items()}
-            logger.debug("%r %s: %d request(s) of %s", self, what, len(call.requests), shapes)
+            logger.debug("%r %s: %d request(s) of %s", self._backend, what, len(call.requests), shapes)
         return call
 
-    def _enqueue(self, call: Call) -> None:
+    def enqueue(self, call: Call) -> None:
         """Queue the call's requests (a deadline timer armed); the pump hands them to the backend."""
-        with self._lock:
-            if self._state is not BackendState.OPEN:
-                raise BackendStateError(f"{self!r}: submit() needs an open backend (state {self._state.value})")
-            self._check_process()
-            self._calls.add(call)
-            self._queue.extend((call, index) for index in range(len(call.requests)))
+        with self.lock:
+            if self.state is not BackendState.OPEN:
+                raise BackendStateError(f"{self._backend!r}: submit() needs an open backend (state {self.state.value})")
+            self.check_process()
+            self.calls.add(call)
+            self.queue.extend((call, index) for index in range(len(call.requests)))
         # A weak reference: the future keeps its callbacks, so a strong one would make a cycle that keeps every
         # result alive until the garbage collector runs (shared-memory outputs are leased until their arrays go).
         call.future.add_done_callback(functools.partial(self._forget, weakref.ref(call)))
@@ -106,21 +120,21 @@ class RequestFlow:
             call.timer = call_at(deadline, functools.partial(self._expire, call))
         self._pump()
 
-    def _start_here(self, call: Call) -> bool:
+    def start_here(self, call: Call) -> bool:
         """Take a place among the ``max_in_flight`` for a call run on this thread; False when none is free
         (or requests wait in the queue, which go first)."""
-        with self._lock:
-            if self._state is not BackendState.OPEN:
-                raise BackendStateError(f"{self!r}: infer() needs an open backend (state {self._state.value})")
-            self._check_process()
-            if self._queue or self._in_flight >= self.options.max_in_flight:
+        with self.lock:
+            if self.state is not BackendState.OPEN:
+                raise BackendStateError(f"{self._backend!r}: infer() needs an open backend (state {self.state.value})")
+            self.check_process()
+            if self.queue or self.in_flight >= self._backend.options.max_in_flight:
                 return False
-            self._calls.add(call)  # close() waits for it and, past its deadline, fails it like any other
-            self._in_flight += 1
+            self.calls.add(call)  # close() waits for it and, past its deadline, fails it like any other
+            self.in_flight += 1
             call.running.add(0)
         return True
 
-    def _run_here(self, call: Call) -> dict[str, ArrayLike]:
+    def run_here(self, call: Call) -> dict[str, ArrayLike]:
         """Run the call's one request on this thread; its deadline is the backend's to keep (no timer entry).
 
         An answer after the deadline is the deadline's error, as on a worker. ``close()`` may fail the
@@ -130,56 +144,56 @@ class RequestFlow:
         request, result = call.requests[0], None
         try:
             try:
-                outputs = self._infer(request)
+                outputs = self._backend._infer(request)
                 if request.deadline is not None and time.monotonic() > request.deadline:
                     raise InferenceTimeoutError("the answer came after the deadline")  # as a timer would have had it
             except BaseException as exc:  # whatever the backend raised goes where a submitted request's would
-                with self._lock:
+                with self.lock:
                     call.running.discard(0)  # over: nothing left for a cancel to stop
                 self._conclude(call, 0, None, exc)
             else:
                 try:
                     checked = self._checked(call, 0, outputs)
                 except BaseException as exc:  # a wrong answer
-                    self._fail(call, exc)
+                    self.fail(call, exc)
                 else:
                     if call.settle():  # not failed meanwhile by close(): the caller's, with no future to pass through
                         result = checked
                 del outputs
         finally:  # its place and its call go together, once the outcome is settled
-            with self._lock:
-                self._in_flight -= 1
+            with self.lock:
+                self.in_flight -= 1
                 call.running.discard(0)
-                self._calls.discard(call)
+                self.calls.discard(call)
                 self._wake_close()
-                queued = bool(self._queue)
+                queued = bool(self.queue)
         if queued:  # requests submitted while this one held its place
             self._pump()
         return result if result is not None else call.future.result()
 
-    def _check_process(self) -> None:
+    def check_process(self) -> None:
         """A forked child has none of the parent's threads or connections: it opens a backend of its own."""
-        if os.getpid() != self._pid:
+        if os.getpid() != self.pid:
             raise BackendStateError(
-                f"{self!r} was opened in process {self._pid}; after fork() open a new backend in this process"
+                f"{self._backend!r} was opened in process {self.pid}; after fork() open a new backend in this process"
             )
 
     def _signature_if_open(self, what: str) -> tuple[ModelSignature, InputChecks]:
         """No lock: each attribute is read at once, and queueing or starting a request checks the state again under
         the lock."""
-        signature, check_inputs = self._signature, self._check_inputs
-        if self._state is not BackendState.OPEN or signature is None or check_inputs is None:
-            raise BackendStateError(f"{self!r}: {what} needs an open backend (state {self._state.value})")
+        signature, check_inputs = self.signature, self.check_inputs
+        if self.state is not BackendState.OPEN or signature is None or check_inputs is None:
+            raise BackendStateError(f"{self._backend!r}: {what} needs an open backend (state {self.state.value})")
         return signature, check_inputs
 
     def _wake_close(self) -> None:
         """A request or call ended: wake ``close()`` if it waits for them (lock held; only it waits on the lock)."""
-        if self._state is BackendState.CLOSING:
-            self._drained.notify_all()
+        if self.state is BackendState.CLOSING:
+            self.drained.notify_all()
 
-    def _busy(self) -> bool:
+    def busy(self) -> bool:
         """Calls not yet completed (their futures remove them), or requests still out (lock held)."""
-        return bool(self._calls) or self._in_flight > 0
+        return bool(self.calls) or self.in_flight > 0
 
     def _pump(self) -> None:
         """Hand queued requests to the backend while fewer than ``max_in_flight`` are out."""
@@ -188,13 +202,13 @@ class RequestFlow:
         self._local.pumping = True
         try:
             while True:
-                with self._lock:
-                    if not self._queue or self._in_flight >= self.options.max_in_flight:
+                with self.lock:
+                    if not self.queue or self.in_flight >= self._backend.options.max_in_flight:
                         return
-                    call, index = self._queue.popleft()
+                    call, index = self.queue.popleft()
                     if call.future.done():
                         continue
-                    self._in_flight += 1
+                    self.in_flight += 1
                     call.running.add(index)
                 self._dispatch(call, index)
         finally:
@@ -202,7 +216,7 @@ class RequestFlow:
 
     def _dispatch(self, call: Call, index: int) -> None:
         try:
-            child = self._submit(call.requests[index])
+            child = self._backend._submit(call.requests[index])
         except Exception as exc:  # a backend refusing synchronously fails this call, not the caller's thread
             drop_locals(exc)
             child = Future()
@@ -225,8 +239,8 @@ class RequestFlow:
 
     def _release(self, call: Call, index: int) -> None:
         """A request is no longer out: its place among the ``max_in_flight`` is free."""
-        with self._lock:
-            self._in_flight -= 1
+        with self.lock:
+            self.in_flight -= 1
             call.running.discard(index)
             self._wake_close()
 
@@ -239,7 +253,7 @@ class RequestFlow:
             try:
                 checked = self._checked(call, index, outputs or {})
             except BaseException as exc:  # a wrong answer fails the call, not the thread that delivered it
-                self._fail(call, exc)
+                self.fail(call, exc)
                 return
             if len(call.requests) == 1:
                 if call.settle():
@@ -249,49 +263,54 @@ class RequestFlow:
         elif isinstance(error, InferenceTimeoutError) and call.timeout_s is not None:
             self._expire(call, cause=error)  # the backend saw the caller's deadline first: one message either way
         elif isinstance(error, MonaiTritonError) or not isinstance(error, Exception):
-            self._fail(call, error)
+            self.fail(call, error)
         else:
-            failure = InferenceError(f"model {self.model_name!r}: {self.kind} backend failed: {error!r}")
+            failure = InferenceError(
+                f"model {self._backend.model_name!r}: {self._backend.kind} backend failed: {error!r}"
+            )
             failure.__cause__ = error
-            self._fail(call, failure)
+            self.fail(call, failure)
 
     def _checked(self, call: Call, index: int, outputs: Mapping[str, ArrayLike]) -> dict[str, ArrayLike]:
         """The request's outputs, checked (names, dtypes, batch) and in the caller's family."""
         request = call.requests[index]
         batch = batch_of(request.inputs) if len(call.requests) > 1 else None
-        check_outputs(self.signature, request.outputs, outputs, batch=batch)
+        check_outputs(self._backend.signature, request.outputs, outputs, batch=batch)
         return {name: to_family(outputs[name], request.family) for name in request.outputs}
 
-    def _run_sync(self, request: InferRequest) -> Mapping[str, ArrayLike]:
+    def run_sync(self, request: InferRequest) -> Mapping[str, ArrayLike]:
         remaining = request.remaining_s()
         if remaining is not None and remaining <= 0:  # its deadline passed while it waited for a thread
-            raise InferenceTimeoutError(f"model {self.model_name!r}: deadline passed before the request started")
-        return self._infer(request)
+            raise InferenceTimeoutError(
+                f"model {self._backend.model_name!r}: deadline passed before the request started"
+            )
+        return self._backend._infer(request)
 
     def _expire(self, call: Call, cause: BaseException | None = None) -> None:
         waited = time.monotonic() - call.started
+        model = self._backend.model_name
         error = InferenceTimeoutError(
-            f"model {self.model_name!r}: no answer within the deadline of {call.timeout_s:g} s (waited {waited:.2f} s)"
+            f"model {model!r}: no answer within the deadline of {call.timeout_s:g} s (waited {waited:.2f} s)"
         )
         error.__cause__ = cause
-        if self._fail(call, error):
-            self._cancel_running(call)
+        if self.fail(call, error):
+            self.cancel_running(call)
 
-    def _fail(self, call: Call, error: BaseException) -> bool:
+    def fail(self, call: Call, error: BaseException) -> bool:
         if not call.settle():
             return False
         complete(call.future, error=error)
         return True
 
-    def _cancel_running(self, call: Call) -> None:
-        with self._lock:
+    def cancel_running(self, call: Call) -> None:
+        with self.lock:
             running = [call.requests[index] for index in sorted(call.running)]
         for request in running:
             request.cancelled.set()
             try:
-                self._cancel(request)
+                self._backend._cancel(request)
             except Exception:  # best effort: the call has already failed with a clear error
-                logger.warning("%r: cancelling a request failed", self, exc_info=True)
+                logger.warning("%r: cancelling a request failed", self._backend, exc_info=True)
 
     def _forget(self, ref: weakref.ref[Call], future: Future[dict[str, ArrayLike]]) -> None:
         call = ref()
@@ -301,11 +320,11 @@ class RequestFlow:
             call.timer.cancel()
             call.timer = None  # the timer's callback holds the call: a cycle, kept (with its results) until GC
         call.drop_results()  # the timer heap may hold the call a while longer; the caller's future has them
-        with self._lock:
-            self._calls.discard(call)
+        with self.lock:
+            self.calls.discard(call)
             self._wake_close()
         if future.cancelled() and call.settle():  # the caller cancelled: stop what is running
-            self._cancel_running(call)
+            self.cancel_running(call)
 
 
 def drop_locals(error: BaseException) -> None:

@@ -14,9 +14,8 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from ..errors import InputValidationError, UsageError
+from ..lazy_torch import is_tensor
 from ..signature import ModelSignature
 from .arrays import ArrayFamily, ArrayLike, as_torch, batch_of, split
 from .deadlines import Timer
@@ -119,7 +118,7 @@ def split_requests(
 
 def unwrapped(value: ArrayLike) -> ArrayLike:
     """Tensor subclasses (MetaTensor) as plain tensors, so no backend pays their dispatch; numpy as is."""
-    return as_torch(value) if isinstance(value, torch.Tensor) else value
+    return as_torch(value) if is_tensor(value) else value
 
 
 def wanted_outputs(signature: ModelSignature, outputs: Sequence[str] | None) -> tuple[str, ...]:

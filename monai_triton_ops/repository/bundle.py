@@ -26,10 +26,7 @@ from ..bundles.source import DEFAULT_CONFIG_NAMES, is_bundle
 from ..errors import BundleError, ConfigError, RepositoryError
 from ..signature import ModelSignature
 from . import layout
-from .builder import build_repository
-from .bundle_signature import served_metadata
 from .check import Description, EntryReport
-from .heads import LAYOUT_KEY
 from .metadata import signature_from_metadata
 from .naming import rename
 
@@ -79,6 +76,8 @@ def build_bundle(
     """
     from ..bundles import export_torchscript, read_bundle  # MONAI whole: only where a bundle is read
     from ..bundles.network import network_module
+    from .builder import build_repository  # torch: only where a network is written
+    from .bundle_signature import served_metadata
 
     bundle = read_bundle(bundle_path, config_names)
     model_name = model_name_of(bundle, name)
@@ -166,6 +165,7 @@ def bundle_target(path: str | Path) -> bool:
 def served_signature(bundle: Bundle) -> ModelSignature:
     """The signature of the Triton model ``repo build`` writes: the network's outputs as it returns them."""
     from ..bundles.network import network_module
+    from .bundle_signature import served_metadata  # torch: only where a bundle is read, not for a model folder
 
     served, outputs = served_metadata(bundle, network_module(bundle.config, bundle.scripted))
     return rename(signature_from_metadata(model_name_of(bundle), served), bundle.input_names, outputs)
@@ -174,6 +174,7 @@ def served_signature(bundle: Bundle) -> ModelSignature:
 def describe_bundle(path: str | Path, config_names: Sequence[str] = DEFAULT_CONFIG_NAMES) -> Description:
     """What ``repo describe`` says of a bundle: the signature its Triton model has, and what it runs."""
     from ..bundles import read_bundle
+    from .heads import LAYOUT_KEY
 
     bundle = read_bundle(path, config_names)
     signature = served_signature(bundle)

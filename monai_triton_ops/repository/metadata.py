@@ -17,13 +17,14 @@ import re
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ..bundles.outputs import tensor_dims
 from ..errors import ConfigError, ModelLoadError, ModelNotFoundError
 from ..signature import TENSOR_NAME, ModelSignature, TensorSpec, dtype_of
+
+if TYPE_CHECKING:
+    import torch
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +79,8 @@ def load_exported_program(path: str | Path) -> tuple[torch.export.ExportedProgra
     MONAI's ``save_exported_program`` writes the same ``metadata.json`` as TorchScript export, through
     ``torch.export.save(..., extra_files=...)``; ``torch.export.load`` fills the dict it is given.
     """
+    import torch  # here, not above: reading a config.pbtxt's metadata needs no torch
+
     extra = {METADATA_FILE: ""}
     try:
         program = torch.export.load(str(path), extra_files=extra)
@@ -88,6 +91,8 @@ def load_exported_program(path: str | Path) -> tuple[torch.export.ExportedProgra
 
 def load_torchscript(path: str | Path, name: str, device: str | torch.device = "cpu") -> torch.jit.ScriptModule:
     """Load a TorchScript file in eval mode; anything torch cannot load is a ``ModelLoadError`` naming it."""
+    import torch
+
     try:
         module: torch.jit.ScriptModule = torch.jit.load(str(path), map_location=device)  # type: ignore[no-untyped-call]
     except Exception as exc:  # torch raises RuntimeError, ValueError or zip errors for a bad file

@@ -222,7 +222,7 @@ def test_at_most_max_in_flight_requests_are_outstanding(server: LocalTritonServe
     def counting(request):  # type: ignore[no-untyped-def]
         nonlocal most
         with lock:
-            most = max(most, backend._in_flight)
+            most = max(most, backend.in_flight)
         return infer(request)
 
     backend._infer = counting  # type: ignore[method-assign]

@@ -180,3 +180,20 @@ def test_regions_of_dead_processes_are_removed_at_open(server: LocalTritonServer
     finally:
         stale.unlink(missing_ok=True)
         foreign.unlink(missing_ok=True)
+
+
+def test_a_client_that_sends_numpy_never_imports_torch(server: LocalTritonServer) -> None:
+    """``import torch`` is 2.5 s of CPU: a process that sends numpy to a server over shared memory, and ``repo check
+    --server``, import none of it (nor MONAI or Holoscan)."""
+    probe = (
+        "import sys\nimport numpy as np\nfrom monai_triton_ops import create_backend\n"
+        "from monai_triton_ops.cli import main\n"
+        f"with create_backend({server.grpc_url + '?shared_memory=system'!r}, 'ident') as backend:\n"
+        "    x = np.arange(64, dtype=np.float32)\n"
+        "    assert np.array_equal(backend.infer({'INPUT__0': x})['OUTPUT__0'], x)\n"
+        f"code = main(['repo', 'check', '--server', {server.http_url!r}])\n"
+        "print(code, sorted(m for m in ('torch', 'monai', 'holoscan') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "0 []", result.stdout
