@@ -42,7 +42,8 @@ class TorchScriptOptions(BackendOptions):
 
 
 class TorchScriptBackend(BaseBackend):
-    """Runs ``model.pt`` with ``torch.jit`` (a ``.pt2`` file through ``torch.export.load``) under ``torch.inference_mode`` on the base's worker pool.
+    """Runs ``model.pt`` with ``torch.jit`` (a ``.pt2`` through ``torch.export.load``) under ``torch.inference_mode``
+    on the base's worker pool.
 
     A loaded TorchScript module may be called from several threads at once; inference mode is
     entered per call (it is thread-local), so no lock serialises requests. Every call returns

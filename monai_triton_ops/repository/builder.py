@@ -201,7 +201,8 @@ def _check_servable(description: ModelDescription, options: ConfigOptions) -> No
     if description.model_format not in ("torchscript", "pt2"):
         raise ConfigError(
             f"model {model!r}: a repository entry needs TorchScript, .pt2 or ONNX, got a {description.model_format} "
-            "file; export the network with torch.jit.script/trace (monai.data.save_net_with_metadata keeps its metadata)"
+            "file; export the network with torch.jit.script/trace (monai.data.save_net_with_metadata keeps its "
+            "metadata)"
         )
     if options.flavor == "libtorch" and description.returns_dict:
         raise ConfigError(
