@@ -26,10 +26,13 @@ from ..repository.metadata import (
     read_torchscript_metadata,
     signature_from_metadata,
 )
+from ..repository.naming import rename
 from ..signature import ModelSignature
 
-#: Probe sizes tried for metadata's ``spatial_shape`` symbols ("8*n" -> 32, 16, 8), largest first.
-PROBE_SYMBOLS = (4, 2, 1)
+#: Values tried for the symbols of the metadata's ``spatial_shape`` ("8*n" -> 8, 16, 32): the first that gives
+#: every spatial axis ``PROBE_MIN_SIZE`` or more is the probe (a small one keeps the check cheap).
+PROBE_SYMBOLS = (1, 2, 4)
+PROBE_MIN_SIZE = 16
 #: The probe's batch: 2, since ``torch.export`` fixes an axis whose example size is 0 or 1.
 PROBE_BATCH = 2
 
@@ -48,10 +51,17 @@ class Source:
     bundle_root: Path | None = None
 
     def signature(self) -> ModelSignature | None:
-        """The signature the metadata gives (tensor names as ``repo build`` names them), or ``None``."""
+        """The signature the metadata gives (tensor names as ``repo build`` names them), or ``None``.
+
+        A bundle's tensors keep its ``network_data_format`` names, as ``repo build BUNDLE`` serves them.
+        """
         if self.metadata is None:
             return None
-        return signature_from_metadata(self.name, self.metadata, schema_names=self.argument_names)
+        signature = signature_from_metadata(self.name, self.metadata, schema_names=self.argument_names)
+        if self.bundle_root is None:
+            return signature
+        fmt = self.metadata["network_data_format"]
+        return rename(signature, list(fmt["inputs"]), list(fmt["outputs"]))
 
 
 def load_source(path: Path, network: str | None = None) -> Source:
@@ -88,15 +98,20 @@ def probe_shapes(source: Source, given: Sequence[Sequence[int]] | None) -> list[
             f"model {source.name!r}: {str(source.path)!r} carries no MONAI metadata, so no probe input is known; "
             "pass --input-shape B,C,D,H,W (one per input)"
         )
+    found = None
     for symbol in PROBE_SYMBOLS:
         shapes = example_shapes(source.name, source.metadata, symbol)
         if shapes is None:
             break
-        if all(min(s[2:], default=16) >= 8 or symbol == PROBE_SYMBOLS[-1] for s in shapes):
-            return [(PROBE_BATCH, *s[1:]) for s in shapes]
-    raise ConversionError(
-        f"model {source.name!r}: the metadata's spatial_shape implies no concrete size; pass --input-shape B,C,D,H,W"
-    )
+        found = shapes
+        if all(min(s[2:], default=PROBE_MIN_SIZE) >= PROBE_MIN_SIZE for s in shapes):
+            break
+    if found is None:
+        raise ConversionError(
+            f"model {source.name!r}: the metadata's spatial_shape implies no concrete size; pass --input-shape "
+            "B,C,D,H,W"
+        )
+    return [(PROBE_BATCH, *s[1:]) for s in found]
 
 
 def python_network(spec: str, state: dict[str, torch.Tensor]) -> torch.nn.Module:
