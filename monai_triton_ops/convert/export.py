@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.jit._trace import TracerWarning
 
 from ..errors import ConversionError
 from ..repository.metadata import METADATA_FILE
@@ -88,7 +89,7 @@ def _refuse_data_dependence(name: str, tool: str, caught: Sequence[warnings.Warn
         text = str(warning.message)
         if warning.filename.startswith(torch_code):
             continue
-        if issubclass(warning.category, torch.jit.TracerWarning) and any(k in text for k in _DATA_DEPENDENT):
+        if issubclass(warning.category, TracerWarning) and any(k in text for k in _DATA_DEPENDENT):
             raise ConversionError(
                 f"model {name!r} cannot be exported by {tool}: its control flow depends on the data, so the trace "
                 f"would keep one branch only ({text.splitlines()[0]} at {Path(warning.filename).name}:"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,9 +75,9 @@ def load_source(path: Path, network: str | None = None) -> Source:
     name = path.stem
     if archive_format(path, name) == "pt2":
         program, meta = load_exported_program(path)
-        module, names = ProgramCall(program.module()), _program_inputs(program)
-        return Source(path=path, name=name, format="pt2", module=module, traceable=True, metadata=meta,
-                      argument_names=names)  # fmt: skip
+        call: torch.nn.Module = ProgramCall(program.module())
+        return Source(path=path, name=name, format="pt2", module=call, traceable=True, metadata=meta,
+                      argument_names=_program_inputs(program))  # fmt: skip
     module, schema = load_served_module(path, name)
     meta = read_torchscript_metadata(path)
     source = Source(path=path, name=name, format="torchscript", module=module, traceable=False, metadata=meta,
@@ -167,10 +167,11 @@ class ProgramCall(torch.nn.Module):
     def __init__(self, program_module: torch.nn.Module) -> None:
         super().__init__()
         program_module.requires_grad_(False)  # traced as constants, which must not require grad
-        object.__setattr__(self, "call", program_module)
+        self._program: Callable[..., Any]
+        object.__setattr__(self, "_program", program_module)
 
     def forward(self, *args: torch.Tensor) -> Any:
-        return self.call(*args)
+        return self._program(*args)
 
 
 def _program_inputs(program: torch.export.ExportedProgram) -> tuple[str, ...]:

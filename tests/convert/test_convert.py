@@ -7,6 +7,7 @@ one repository of the four, one tritonserver for gRPC and HTTP; a 16^3 volume.
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,9 +96,12 @@ def _image() -> np.ndarray:
     return np.random.default_rng(0).standard_normal((1, 1, SIZE, SIZE, SIZE)).astype(np.float32)
 
 
-def _check_all(spec: str | None, repo: Path | None, references: dict[str, np.ndarray]) -> None:
-    """Every converted entry on ``spec`` (``None``: its in-process backend) against its TorchScript source."""
-    for name, (source, kind) in ENTRIES.items():
+def _check_all(
+    spec: str | None, repo: Path | None, references: dict[str, np.ndarray], entries: tuple[str, ...] = tuple(ENTRIES)
+) -> None:
+    """Converted ``entries`` on ``spec`` (``None``: each one's in-process backend) against its TorchScript source."""
+    for name in entries:
+        source, kind = ENTRIES[name]
         with create_backend(spec or kind, name, model_repository=repo) as backend:
             output = backend.signature.output_names[0]
             logits = np.asarray(backend.infer({backend.signature.input_names[0]: _image()})[output])
@@ -144,7 +148,9 @@ def test_converted_models_give_the_torchscript_labels_on_in_process_triton(
         find_triton_library()
     except ServerNotFoundError as exc:
         pytest.skip(f"no libtritonserver: {exc}")
-    _check_all("triton", converted[1], references)
+    # the .pt2 entries: in-process Triton starts its core per backend (~15 s each here), and an ONNX file takes the
+    # runner's ONNX Runtime path, which tests/backends/test_onnx.py runs on in-process Triton already
+    _check_all("triton", converted[1], references, ("sample_pt2", "bundle_pt2"))
 
 
 @pytest.mark.triton
@@ -222,3 +228,47 @@ def test_the_cli_prints_the_difference_and_refuses_an_unknown_target(
     assert main(["convert", str(model), "--to", "pt2"]) == 2
     assert "a .pt2 needs the Python network: pass --network FILE.py:FUNCTION" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.onnx", "unet.pt"]
+
+
+def test_a_converted_bundle_builds_and_serves_its_own_file(
+    converted: tuple[Path, Path, Path], references: dict[str, np.ndarray]
+) -> None:
+    root, repo = converted[2], converted[2] / "bundles"
+    for form, kind in (("onnx", "onnx"), ("pt2", "torch")):
+        folder = build_bundle(root / f"bundle_{form}", repo, f"bundle_{form}")
+        assert (folder / "1" / f"model.{form}").is_file()
+        assert (folder / "configs" / "inference.json").is_file()
+        with create_backend(kind, f"bundle_{form}", model_repository=repo) as backend:
+            assert (backend.signature.input_names, backend.signature.output_names) == (["image"], ["pred"])
+            logits = np.asarray(backend.infer({"image": _image()})["pred"])
+        np.testing.assert_array_equal(logits.argmax(axis=1), references["bundle"].argmax(axis=1))
+
+
+@pytest.mark.slow
+def test_apps_bundle_seg_runs_the_onnx_bundle_unchanged(converted: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    import nibabel as nib
+    from monai.deploy.core import AppContext, Application, Image, IOType
+    from monai.deploy.operators.monai_bundle_inference_operator import IOMapping, MonaiBundleInferenceOperator
+
+    from monai_triton_ops.operators.nifti import read_nifti
+
+    from .. import warm_python
+    from ..apps.test_bundle_seg import APP, ct_volume
+    from ..operators.test_bundle import Ports
+
+    image = tmp_path / "ct.nii.gz"
+    nib.save(nib.Nifti1Image(ct_volume().astype(np.float32), np.diag([1.2, 1.2, 2.5, 1.0])), image)
+    bundle = converted[2] / "bundle_onnx"
+    command = [sys.executable, str(APP), "-i", str(image), "-o", str(tmp_path / "out"), "-m", str(bundle)]
+    result = warm_python.run([*command, "--backend", "onnx"], cwd=ROOT, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    reference = MonaiBundleInferenceOperator(
+        Application(), app_context=AppContext({}), bundle_path=converted[2] / "bundle",
+        input_mapping=[IOMapping("image", Image, IOType.IN_MEMORY)],
+        output_mapping=[IOMapping("pred", Image, IOType.IN_MEMORY)],
+    )  # fmt: skip
+    ports = Ports({"image": read_nifti(image)})
+    reference.compute(ports, ports, None)
+    want = ports.emitted["pred"].asnumpy().T
+    assert len(np.unique(want)) > 1
+    np.testing.assert_array_equal(np.asarray(nib.load(tmp_path / "out" / "seg.nii.gz").dataobj), want)
