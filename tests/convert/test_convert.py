@@ -239,7 +239,7 @@ def test_a_converted_bundle_builds_and_serves_its_own_file(
         assert (folder / "1" / f"model.{form}").is_file()
         assert (folder / "configs" / "inference.json").is_file()
         with create_backend(kind, f"bundle_{form}", model_repository=repo) as backend:
-            assert (backend.signature.input_names, backend.signature.output_names) == (["image"], ["pred"])
+            assert (backend.signature.input_names, backend.signature.output_names) == (("image",), ("pred",))
             logits = np.asarray(backend.infer({"image": _image()})["pred"])
         np.testing.assert_array_equal(logits.argmax(axis=1), references["bundle"].argmax(axis=1))
 
