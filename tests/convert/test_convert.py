@@ -141,8 +141,8 @@ def test_converted_models_give_the_torchscript_labels_in_process(
 def test_converted_models_give_the_torchscript_labels_on_in_process_triton(
     converted: tuple[Path, Path, Path], references: dict[str, np.ndarray]
 ) -> None:
+    from monai_triton_ops.discovery import find_triton_library
     from monai_triton_ops.errors import ServerNotFoundError
-    from monai_triton_ops.server.discovery import find_triton_library
 
     try:
         find_triton_library()
