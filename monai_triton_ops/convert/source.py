@@ -71,7 +71,7 @@ def load_source(path: Path, network: str | None = None) -> Source:
     if path.is_dir():
         if not is_bundle(path):
             raise ConversionError(f"{str(path)!r} is a folder but not a MONAI bundle (no configs/metadata.json)")
-        return _bundle(path)
+        return _bundle(path, network)
     name = path.stem
     if archive_format(path, name) == "pt2":
         program, meta = load_exported_program(path)
@@ -140,7 +140,7 @@ def python_network(spec: str, state: dict[str, torch.Tensor]) -> torch.nn.Module
     return network.eval()
 
 
-def _bundle(root: Path) -> Source:
+def _bundle(root: Path, network_spec: str | None) -> Source:
     from ..bundles.config import load_config
     from ..bundles.network import built_network, network_file
     from ..bundles.source import find_bundle
@@ -149,7 +149,10 @@ def _bundle(root: Path) -> Source:
     model, is_script = network_file(config)
     if is_script:
         module, schema = load_served_module(model, root.name)
-        return Source(path=root, name=root.name, format="bundle", module=module, traceable=False,
+        traceable = network_spec is not None  # models/model.ts: the Python network only when given
+        if network_spec is not None:
+            module = python_network(network_spec, module.state_dict())
+        return Source(path=root, name=root.name, format="bundle", module=module, traceable=traceable,
                       metadata=config.metadata, argument_names=tuple(schema), bundle_root=root)  # fmt: skip
     network, _ = built_network(config, model)
     names = tuple(inspect.signature(network.forward).parameters)  # as TorchScript's schema would name them
