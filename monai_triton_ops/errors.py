@@ -134,3 +134,7 @@ class ServerStartError(ServerError):
     def __init__(self, message: str, *, log_tail: str = "") -> None:
         super().__init__(f"{message}\n--- tritonserver log tail ---\n{log_tail}" if log_tail else message)
         self.log_tail = log_tail
+
+
+class ConversionError(UsageError):
+    """A model cannot be converted (``monai-triton convert``): it cannot be exported, or the result differs."""

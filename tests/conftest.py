@@ -191,6 +191,9 @@ LONGEST_FIRST = (
     "tests/backends/remote/test_fleet.py",
     "bindings",
     "tests/backends/test_inprocess.py",
+    # the sample model and a bundle converted four ways, in-process Triton, a tritonserver, one bundle app run
+    # (~120 s alone on a loaded machine)
+    "tests/convert/test_convert.py",
     # the bundle app's runs and the sample MRI as a bundle (~40 s alone); the bundle operator's servers (~25 s)
     "tests/apps/test_bundle_seg.py",
     "tests/operators/test_bundle.py",

@@ -1,4 +1,4 @@
-"""In-process TorchScript: the default backend, no server needed.
+"""In-process TorchScript (or a ``torch.export`` ``.pt2`` program): the default backend, no server needed.
 
 Reads the same Triton repository layout as the server backends (``<repo>/<name>/<version>/model.pt``)
 and the same signature, so switching to Triton later changes nothing but the spec string.
@@ -16,7 +16,7 @@ import torch
 
 from ..errors import BackendStateError, ConfigError, DeviceUnavailableError, InferenceError
 from ..repository import layout
-from ..repository.metadata import forward_input_names, load_torchscript
+from ..repository.metadata import load_served_module
 from ..repository.runner.model import name_results
 from ..repository.signatures import local_entry
 from ..signature import ModelSignature
@@ -42,7 +42,8 @@ class TorchScriptOptions(BackendOptions):
 
 
 class TorchScriptBackend(BaseBackend):
-    """Runs ``model.pt`` with ``torch.jit`` under ``torch.inference_mode`` on the base's worker pool.
+    """Runs ``model.pt`` with ``torch.jit`` (a ``.pt2`` through ``torch.export.load``) under ``torch.inference_mode``
+    on the base's worker pool.
 
     A loaded TorchScript module may be called from several threads at once; inference mode is
     entered per call (it is thread-local), so no lock serialises requests. Every call returns
@@ -69,14 +70,14 @@ class TorchScriptBackend(BaseBackend):
             raise ConfigError(f"the 'torch' backend takes no server URL, got {list(self.urls)}")
         self._repository: Path = self.model_repository
         self.device = _device(cast(TorchScriptOptions, self.options).device)
-        self._module: torch.jit.ScriptModule | None = None
+        self._module: torch.nn.Module | None = None
 
     def _open(self) -> ModelSignature:
         version, version_dir = layout.resolve_version(self._repository, self.model_name, self.version)
         entry = local_entry(self._repository, self.model_name)
         path = layout.model_file(version_dir, self.model_name, entry.model_filename)
-        module = load_torchscript(path, self.model_name, self.device)
-        signature = entry.signature(version, path=path, schema_names=forward_input_names(module))
+        module, names = load_served_module(path, self.model_name, self.device)
+        signature = entry.signature(version, path=path, schema_names=names)
         bytes_tensors = [t.name for t in (*signature.inputs, *signature.outputs) if t.dtype == "BYTES"]
         if bytes_tensors:
             raise ConfigError(
@@ -84,7 +85,7 @@ class TorchScriptBackend(BaseBackend):
                 "hold; serve this model with Triton (a python-backend model) instead of the 'torch' backend"
             )
         self._module = module
-        logger.info("loaded TorchScript %s on %s", path, self.device)
+        logger.info("loaded %s on %s", path, self.device)
         return signature
 
     def _infer(self, request: InferRequest) -> Mapping[str, ArrayLike]:

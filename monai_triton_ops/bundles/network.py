@@ -101,6 +101,22 @@ def network_file(config: BundleConfig) -> tuple[Path, bool]:
 
 def scripted_network(config: BundleConfig, weights: Path) -> torch.jit.ScriptModule:
     """``network_def`` built by MONAI, ``weights`` loaded strictly, then ``torch.jit.script``-ed (in eval mode)."""
+    network, item = built_network(config, weights)
+    try:
+        return torch.jit.script(network)
+    except Exception as exc:  # TorchScript's frontend raises many kinds
+        raise BundleError(
+            f"the network cannot be scripted for a backend: {str(exc).splitlines()[0]}",
+            file=config.file_of(item),
+            item=item,
+        ) from exc
+
+
+def built_network(config: BundleConfig, weights: Path) -> tuple[torch.nn.Module, str]:
+    """``network_def`` (or ``network``) built by MONAI with ``weights`` loaded strictly, in eval mode; and its item.
+
+    The Python network itself, for what needs more than TorchScript (``torch.export``, ONNX tracing).
+    """
     item = "network_def" if config.has("network_def") else "network" if config.has("network") else ""
     if not item:
         raise BundleError(
@@ -114,14 +130,7 @@ def scripted_network(config: BundleConfig, weights: Path) -> torch.jit.ScriptMod
             f"must build a torch.nn.Module, got a {type(network).__name__}", file=config.file_of(item), item=item
         )
     _load_weights(network, weights, config.file_of(item), item)
-    try:
-        return torch.jit.script(network.eval())
-    except Exception as exc:  # TorchScript's frontend raises many kinds
-        raise BundleError(
-            f"the network cannot be scripted for a backend: {str(exc).splitlines()[0]}",
-            file=config.file_of(item),
-            item=item,
-        ) from exc
+    return network.eval(), item
 
 
 def export_torchscript(

@@ -22,7 +22,7 @@ from . import inferer as inferers
 from .config import DEFAULT_CONFIG_NAMES, BundleConfig, ItemNames
 from .network import network_file, scripted_network
 from .outputs import output_spec
-from .source import find_bundle
+from .source import SERVED_SUFFIXES, find_bundle
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,8 @@ def read_bundle(
     for name, desc in config.outputs.items():  # class names that do not fit the classes: refused now
         output_spec(name, desc, file=config.metadata_file.label)
     network, is_script = network_file(config)
-    scripted = None if is_script else scripted_network(config, network)  # weights that do not fit: an error now
+    served = is_script or network.suffix in SERVED_SUFFIXES  # a .pt2 / .onnx is served as it is
+    scripted = None if served else scripted_network(config, network)  # weights that do not fit: an error now
     detector = detection.detector(config)  # before the inferer: a RetinaNet inferer reads the detector's set-up
     bundle = Bundle(
         config=config,

@@ -5,7 +5,8 @@ A bundle folder is the model zoo's layout::
     <bundle>/configs/metadata.json           required: the network's inputs and outputs (network_data_format)
     <bundle>/configs/inference.json|yaml|yml the config items (preprocessing, inferer, postprocessing, network_def)
     <bundle>/models/model.ts                 TorchScript, or
-    <bundle>/models/model.pt                 weights for the config's network_def
+    <bundle>/models/model.pt                 weights for the config's network_def, or
+    <bundle>/models/model.pt2|model.onnx     the network converted (``monai-triton convert``), served as it is
     <bundle>/scripts/                        the bundle's own Python code, importable as ``scripts``
 
 ``monai-triton repo build`` writes the same ``configs/`` folder beside a Triton model's version folders,
@@ -35,7 +36,9 @@ DEFAULT_CONFIG_NAMES = ("inference",)
 SUFFIXES = (".json", ".yaml", ".yml")
 METADATA = "metadata"
 #: Where a bundle folder keeps its network, in the order they are looked for.
-MODEL_FILES = ("models/model.ts", "models/model.pt")
+MODEL_FILES = ("models/model.ts", "models/model.pt", "models/model.pt2", "models/model.onnx")
+#: A bundle network that is already what a backend loads (``monai-triton convert`` writes them): served as it is.
+SERVED_SUFFIXES = (".pt2", ".onnx")
 #: A repository model folder's network (``repo build``'s layout).
 REPOSITORY_MODEL = "1/model.pt"
 

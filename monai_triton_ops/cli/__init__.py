@@ -8,6 +8,8 @@
     monai-triton repo check [REPO] [--server URL]
     monai-triton repo describe MODEL
     monai-triton config MODEL [--name NAME] [same options as repo build]
+    monai-triton convert MODEL|BUNDLE --to onnx|pt2 [-o OUT] [--tolerance 1e-4] [--input-shape B,C,D,H,W ...]
+                         [--network FILE.py:FUNCTION] [--force]
     monai-triton serve REPO [--http-port N] [--grpc-port N] [--metrics-port N] [--server-path P]
     monai-triton backends
     monai-triton package APP -m MODELS [-c app.yaml] [-t TAG] [-o CONTEXT] [--base-image IMAGE] [--builder B]
@@ -25,7 +27,7 @@ from collections.abc import Sequence
 
 from .. import __version__, console, exits
 from ..errors import UsageError
-from . import apps, repo, serve
+from . import apps, convert, repo, serve
 from .parser import Parser
 
 
@@ -62,6 +64,7 @@ def build_parser(*, exec_options: bool = False) -> argparse.ArgumentParser:
     apps.add_exec(commands, options=exec_options)
     repo.add_repo(commands)
     repo.add_config(commands)
+    convert.add_convert(commands)
     serve.add_serve(commands)
     apps.add_backends(commands)
     apps.add_package(commands)

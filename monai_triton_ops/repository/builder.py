@@ -192,10 +192,17 @@ def _check_servable(description: ModelDescription, options: ConfigOptions) -> No
         return
     if options.flavor == "onnxruntime":
         raise ConfigError(f"model {model!r}: the onnxruntime flavour serves ONNX files, got {description.model_format}")
-    if description.model_format != "torchscript":
+    if description.model_format == "pt2" and options.flavor != "python":
         raise ConfigError(
-            f"model {model!r}: a repository entry needs TorchScript or ONNX, got a {description.model_format} file; "
-            "export the network with torch.jit.script/trace (monai.data.save_net_with_metadata keeps its metadata)"
+            f"model {model!r} is a torch.export program (.pt2), which Triton's pytorch_libtorch backend cannot load "
+            "(it reads TorchScript only); build it with --flavor python (the runner loads it with torch.export.load), "
+            "or convert it with 'monai-triton convert MODEL --to onnx' for Triton's onnxruntime backend"
+        )
+    if description.model_format not in ("torchscript", "pt2"):
+        raise ConfigError(
+            f"model {model!r}: a repository entry needs TorchScript, .pt2 or ONNX, got a {description.model_format} "
+            "file; export the network with torch.jit.script/trace (monai.data.save_net_with_metadata keeps its "
+            "metadata)"
         )
     if options.flavor == "libtorch" and description.returns_dict:
         raise ConfigError(

@@ -86,11 +86,13 @@ def build_bundle(
     if keywords.get("flavor") != "libtorch":  # the python runner serves any names: the bundle's own
         keywords["input_names"] = keywords.get("input_names") or bundle.input_names
     with tempfile.TemporaryDirectory(prefix="monai-triton-bundle-") as scratch:
-        module = network_module(bundle.config, bundle.scripted)
-        served, outputs = served_metadata(bundle, module)
-        if keywords.get("flavor") != "libtorch" and not keywords.get("output_names"):
-            keywords["output_names"] = outputs
-        network = export_torchscript(bundle.config, Path(scratch) / "model.pt", module, served)
+        network = served_file(bundle, keywords)
+        if network is None:
+            module = network_module(bundle.config, bundle.scripted)
+            served, outputs = served_metadata(bundle, module)
+            if keywords.get("flavor") != "libtorch" and not keywords.get("output_names"):
+                keywords["output_names"] = outputs
+            network = export_torchscript(bundle.config, Path(scratch) / "model.pt", module, served)
         folder = build_repository(
             network,
             repository,
@@ -102,6 +104,21 @@ def build_bundle(
         )
     logger.info("bundle %s: model %r written to %s", bundle.label, model_name, folder)
     return folder
+
+
+def served_file(bundle: Bundle, keywords: EntryKeywords) -> Path | None:
+    """A converted ``models/model.pt2|.onnx`` (``monai-triton convert``), served as it is; ``None`` for a network
+    that is written as TorchScript. An ONNX graph keeps the tensor names it was exported with (the bundle's)."""
+    from ..bundles.source import SERVED_SUFFIXES
+
+    if bundle.network.suffix not in SERVED_SUFFIXES:
+        return None
+    if bundle.network.suffix == ".onnx":
+        keywords.pop("input_names", None)
+        keywords.pop("output_names", None)
+    elif keywords.get("flavor") != "libtorch" and not keywords.get("output_names"):
+        keywords["output_names"] = bundle.output_names
+    return bundle.network
 
 
 def bundle_files(bundle: Bundle) -> dict[str, bytes]:
@@ -165,8 +182,12 @@ def bundle_target(path: str | Path) -> bool:
 def served_signature(bundle: Bundle) -> ModelSignature:
     """The signature of the Triton model ``repo build`` writes: the network's outputs as it returns them."""
     from ..bundles.network import network_module
+    from ..bundles.source import SERVED_SUFFIXES
     from .bundle_signature import served_metadata  # torch: only where a bundle is read, not for a model folder
 
+    if bundle.network.suffix in SERVED_SUFFIXES:  # converted with the bundle's own tensor names
+        metadata = signature_from_metadata(model_name_of(bundle), bundle.metadata)
+        return rename(metadata, bundle.input_names, bundle.output_names)
     served, outputs = served_metadata(bundle, network_module(bundle.config, bundle.scripted))
     return rename(signature_from_metadata(model_name_of(bundle), served), bundle.input_names, outputs)
 
@@ -183,7 +204,7 @@ def describe_bundle(path: str | Path, config_names: Sequence[str] = DEFAULT_CONF
     notes = (
         f"outputs: {describe_outputs(bundle.config.outputs)}",
         f"inferer: {type(bundle.inferer).__name__}",
-        f"network: {bundle.network.name} ({'TorchScript' if bundle.network_is_torchscript else 'network_def weights'})",
+        f"network: {bundle.network.name} ({_network_kind(bundle)})",
         *((f"detector: {type(bundle.detector).__name__} (beside the app; the network on the backend)",)
           if bundle.detector is not None else ()),
         *((f"outputs: the network's {len(signature.outputs)} tensors, rebuilt into its own structure for the "
@@ -210,3 +231,9 @@ def check_bundle(path: str | Path, config_names: Sequence[str] = DEFAULT_CONFIG_
         kind="MONAI bundle",
         uses=("monai-triton repo build (either flavour); InferenceOperator(bundle_path=...) on every backend",),
     )
+
+
+def _network_kind(bundle: Bundle) -> str:
+    if bundle.network_is_torchscript:
+        return "TorchScript"
+    return {".pt2": "torch.export program", ".onnx": "ONNX"}.get(bundle.network.suffix, "network_def weights")

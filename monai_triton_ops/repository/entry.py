@@ -137,4 +137,6 @@ def _override(
         changes["model_filename"] = keywords["model_filename"]
     elif is_onnx_file(path) and base.model_filename == layout.DEFAULT_MODEL_FILENAME:
         changes["model_filename"] = DEFAULT_ONNX_FILENAME
+    elif path.suffix.lower() == layout.PT2_SUFFIX and base.model_filename == layout.DEFAULT_MODEL_FILENAME:
+        changes["model_filename"] = layout.DEFAULT_PT2_FILENAME  # the runner tells a program by its suffix
     return replace(base, **changes)

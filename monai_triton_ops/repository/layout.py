@@ -14,6 +14,9 @@ from ..errors import ConfigError, ModelNotFoundError
 #: A model name that is safe as one folder name everywhere (no separators, no '..', no spaces).
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 DEFAULT_MODEL_FILENAME = "model.pt"
+#: A ``torch.export`` program's file in a version folder (the runner loads it by this suffix).
+PT2_SUFFIX = ".pt2"
+DEFAULT_PT2_FILENAME = "model.pt2"
 CONFIG_FILENAME = "config.pbtxt"
 
 

@@ -101,6 +101,23 @@ def load_torchscript(path: str | Path, name: str, device: str | torch.device = "
     return module
 
 
+def load_served_module(
+    path: str | Path, name: str, device: str | torch.device = "cpu"
+) -> tuple[torch.nn.Module, list[str]]:
+    """The module a backend calls for the model file ``path`` and its ``forward`` argument names.
+
+    TorchScript loads in eval mode; a ``.pt2`` archive (told by its entries, whatever its suffix) through
+    ``torch.export.load``, its program's module moved to ``device`` (an exported program is already in the
+    mode it was exported in, and its module refuses ``eval()``).
+    """
+    if archive_format(path, name) == "pt2":
+        program, _ = load_exported_program(path)
+        names = [s.arg.name for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+        return program.module().to(device), names
+    module = load_torchscript(path, name, device)
+    return module, forward_input_names(module)
+
+
 def read_bundle_metadata(path: str | Path) -> dict[str, Any]:
     """A MONAI bundle's metadata: ``path`` is the bundle folder or its ``metadata.json`` itself."""
     path = Path(path)

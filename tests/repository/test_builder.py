@@ -88,10 +88,13 @@ def test_libtorch_refuses_dict_outputs(model_files: dict[str, Path], tmp_path: P
     assert snapshot(tmp_path / "repo") == {}
 
 
-def test_a_pt2_file_cannot_be_a_repository_entry(unet_pt2: Path, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="a repository entry needs TorchScript or ONNX, got a pt2 file"):
-        build_repository(unet_pt2, tmp_path / "repo", "unet")
-    assert not (tmp_path / "repo" / "unet").exists()
+def test_a_pt2_file_is_served_by_the_runner_and_refused_by_libtorch(unet_pt2: Path, tmp_path: Path) -> None:
+    folder = build_repository(unet_pt2, tmp_path / "repo", "unet")
+    assert (folder / "1" / "model.pt2").is_file()
+    assert (folder / "1" / "model.py").is_file()
+    with pytest.raises(ConfigError, match=r"\(\.pt2\), which Triton's pytorch_libtorch backend cannot load"):
+        build_repository(unet_pt2, tmp_path / "repo", "libtorch", flavor="libtorch")
+    assert not (tmp_path / "repo" / "libtorch").exists()
 
 
 @pytest.mark.parametrize("name", ["../escape", "a/b", ".hidden", "", "with space", "x" * 129, "..", "-dash"])

@@ -12,7 +12,8 @@ Tensors cross the Triton boundary by DLPack only: the Python backend stub is bui
 1.x, and with numpy 2 ``pb_utils.Tensor(name, ndarray)`` and ``.as_numpy()`` silently carry 0 bytes.
 The file needs nothing but torch and the backend's ``triton_python_backend_utils``, so it runs in
 any Triton container with torch installed. A model file ending in ``.onnx`` is run by ONNX Runtime on the
-CPU instead (``onnxruntime`` installed too): the bundled server has no ONNX Runtime backend of its own.
+CPU instead (``onnxruntime`` installed too): the bundled server has no ONNX Runtime backend of its own. One
+ending in ``.pt2`` is a ``torch.export`` program (``torch.export.load``), which Triton's libtorch backend cannot load.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ except ImportError:  # imported outside Triton, e.g. to test the pure helpers be
 TORCHSCRIPT_PARAMETER = "torchscript_filename"
 #: A model file with this suffix runs through ONNX Runtime instead of TorchScript.
 ONNX_SUFFIX = ".onnx"
+#: A model file with this suffix is a ``torch.export`` program, loaded with ``torch.export.load``.
+PT2_SUFFIX = ".pt2"
 DEFAULT_FILENAME = "model.pt"
 _TRUE = ("true", "1", "yes", "on")
 #: Triton config dtype -> torch dtype (BYTES has none: DLPack cannot carry it).
@@ -74,6 +77,8 @@ class TritonPythonModel:
         if path.lower().endswith(ONNX_SUFFIX):
             self.device = torch.device("cpu")  # ONNX Runtime's CPU provider: its tensors are host memory
             self.module: Any = OnnxModule(path, self.input_names, int(threads) if threads.isdigit() else 0)
+        elif path.lower().endswith(PT2_SUFFIX):
+            self.module = torch.export.load(path).module().to(self.device)  # exported in eval mode; no eval()
         else:
             self.module = torch.jit.load(path, map_location=self.device)  # type: ignore[no-untyped-call]
             self.module.eval()
