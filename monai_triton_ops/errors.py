@@ -10,7 +10,8 @@ a package is missing or broken), and each error also subclasses the matching bui
     │   ├── InputValidationError                 a tensor does not match the model signature
     │   ├── ConfigError                          invalid option, config.pbtxt or metadata
     │   │   └── BundleError                      a MONAI Bundle that cannot be read or run: names file and item
-    │   └── InputDataError                       an image, file or folder the app cannot use
+    │   ├── InputDataError                       an image, file or folder the app cannot use
+    │   └── ConversionError                      a model that cannot be converted, or whose conversion differs
     ├── BackendStateError (RuntimeError)         used before open() or after close()
     ├── BackendUnavailableError (ImportError)    backend not built yet, or its package missing
     ├── DeviceUnavailableError (RuntimeError)    a requested device (CUDA) is not on this machine
@@ -68,6 +69,10 @@ class BundleError(ConfigError):
 
 class InputDataError(UsageError):
     """An input image, file or folder cannot be used (empty, no series, wrong rank)."""
+
+
+class ConversionError(UsageError):
+    """A model cannot be converted (``monai-triton convert``): it cannot be exported, or the result differs."""
 
 
 class BackendStateError(MonaiTritonError, RuntimeError):
@@ -134,7 +139,3 @@ class ServerStartError(ServerError):
     def __init__(self, message: str, *, log_tail: str = "") -> None:
         super().__init__(f"{message}\n--- tritonserver log tail ---\n{log_tail}" if log_tail else message)
         self.log_tail = log_tail
-
-
-class ConversionError(UsageError):
-    """A model cannot be converted (``monai-triton convert``): it cannot be exported, or the result differs."""

@@ -471,7 +471,7 @@ def triggers(tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch) -> dic
         ),
         "model 'seg' has no version 3 in '...' (available: [1])": lambda: raised(model_entry(version=3)),
         "model 'seg' version 1: no 'model.pt' in '...'": lambda: raised(model_entry(folder=broken("no_file"))),
-        "model 'seg': '...' is not a loadable TorchScript file: ...": lambda: raised(
+        "model 'seg': '...' is not TorchScript or .pt2 (not a zip archive): ...": lambda: raised(
             lambda: infer(broken("corrupt"), volume())
         ),
         "model 'seg': the input image has 3 non-finite voxel(s) (3 NaN, 0 Inf) of ...": lambda: raised(

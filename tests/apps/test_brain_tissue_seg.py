@@ -127,7 +127,7 @@ def test_a_corrupt_model_fails_the_run_and_writes_nothing(sample_data: Path, tmp
     shutil.copytree(REPO, models)
     (models / "brain_tissue_seg" / "1" / "model.pt").write_bytes(b"not a model")
     result = run_app(sample_data / "t1.nii.gz", tmp_path / "out", models=models)
-    assert "is not a loadable TorchScript file" in one_line_error(result, tmp_path / "out")
+    assert "is not TorchScript or .pt2 (not a zip archive)" in one_line_error(result, tmp_path / "out")
 
 
 @pytest.mark.triton
