@@ -69,6 +69,22 @@ BackendFactory = Callable[[], BaseBackend]
 CLOSE_TIMEOUT_S = 5.0
 
 
+def settings_overrides_of(
+    settings: InferenceSettings | None, settings_overrides: Mapping[str, Any] | None, kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """The inferer settings an app overrides: ``settings_overrides`` and the App SDK's keywords, not with ``settings``.
+
+    The App SDK's ``roi_size``/``overlap``/``sw_batch_size``/``inferer``/``mode`` keywords are taken out of ``kwargs``.
+    """
+    overrides = dict(settings_overrides or {})
+    overrides.update(sdk_settings(kwargs))
+    if settings is not None and overrides:
+        raise ConfigError(
+            f"give InferenceOperator either settings or settings_overrides ({sorted(overrides)}), not both"
+        )
+    return overrides
+
+
 class InferenceOperator(SdkInferenceOperator):
     """Image in (port ``image``), prediction out (port ``seg_image``) as an App SDK ``Image``.
 
@@ -120,12 +136,7 @@ class InferenceOperator(SdkInferenceOperator):
         ports, pre/post-processing and inferer come from the bundle; ``model_name`` may then be left out.
         """
         bundle = bundle_keywords(kwargs)
-        overrides = dict(settings_overrides or {})
-        overrides.update(sdk_settings(kwargs))
-        if settings is not None and overrides:
-            raise ConfigError(
-                f"give InferenceOperator either settings or settings_overrides ({sorted(overrides)}), not both"
-            )
+        overrides = settings_overrides_of(settings, settings_overrides, kwargs)
         args_of = deployment.args_of(app_context)
         self.model_name = model_name_for(model_name, args_of.get(MODEL_NAME_ARG))
         self._factory = backend if callable(backend) else None
