@@ -72,6 +72,9 @@ closed = [cycle(lambda backend: backend.close(timeout_s=0.1)) for _ in range(CYC
 retiring = shared.retiring()
 print("closed", json.dumps({"before": before, "cycles": closed, "servers": len({id(s) for s in servers})}))
 ended = retiring is not None and retiring.wait_closed(60)
+settle_by = time.monotonic() + 10  # the ending's own thread returns just after it reports the server closed
+while held()["threads"] > before["threads"] and time.monotonic() < settle_by:
+    time.sleep(0.05)
 print("ended", ended, ended and retiring.ending.deleted, json.dumps(held()))
 servers.clear()
 drops = [cycle(dropped) for _ in range(CYCLES)]
