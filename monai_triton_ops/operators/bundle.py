@@ -65,10 +65,13 @@ class BundleRun:
         app_context: AppContext | None,
         backend_spec: str | None,
         backend_options: Mapping[str, Any],
+        models_folder: str | Path | None = None,
     ) -> None:
+        """``models_folder`` replaces the app context's ``-m`` as where the bundle is looked for (an ensemble's)."""
         names = keywords.get("bundle_config_names")
         config_names: Sequence[str] = getattr(names, "config_names", None) or DEFAULT_CONFIG_NAMES
         model_path = getattr(app_context, "model_path", None) if app_context is not None else None
+        model_path = models_folder or model_path
         path, repository = locate(keywords.get("bundle_path"), model_path, model_name)
         self.bundle: Bundle = read_bundle(path, config_names, ItemNames.of(names))
         # a repository's model is its folder's name (repo build --name may differ from the metadata's)
@@ -117,6 +120,11 @@ class BundleRun:
         self._volume = volume_network(self.bundle, backend)
         if self._volume is not None:
             logger.info("bundle: mode=volume, the inferer on the server: %s", describe_inferer(self.bundle.inferer))
+
+    def use(self, backend: BaseBackend, network: Callable[[Any], Any]) -> None:
+        """Run with ``network`` over ``backend``, both already open: an ensemble's predictor over its members'
+        backends, which the ensemble opened (``operators/ensemble.py``)."""
+        self._backend, self._network, self._volume = backend, network, None
 
     def close(self) -> BaseBackend | None:
         backend, self._backend, self._volume, self._network = self._backend, None, None, None
