@@ -78,7 +78,7 @@ class _Comparison:
                 if found is not None:
                     return found
             return None
-        if isinstance(expected, list) and isinstance(actual, list) and len(expected) == len(actual):
+        if _nested(expected) and _nested(actual) and len(expected) == len(actual):  # a list of values is one value
             for index, (left, right) in enumerate(zip(expected, actual, strict=True)):
                 found = self.values(f"{path}#{index}", left, right)
                 if found is not None:
@@ -96,12 +96,19 @@ class _Comparison:
         return Difference(path, _shown(expected), _shown(actual), self.other.file_of(path))
 
 
+def _nested(value: Any) -> bool:
+    """A list holding dicts or lists (a ``Compose``'s transforms), compared item by item."""
+    return isinstance(value, list) and any(isinstance(v, dict | list) for v in value)
+
+
 def _both_numbers(left: Any, right: Any) -> bool:
     return all(isinstance(v, int | float) and not isinstance(v, bool) for v in (left, right))
 
 
 def _references(value: Any) -> list[str]:
-    """The ids a config string refers to: ``@id`` itself, or each ``@id`` inside a ``$`` expression."""
+    """The ids a config string (or a list of them) refers to: ``@id`` itself, or each ``@id`` in a ``$`` expression."""
+    if isinstance(value, list):
+        return [ref for item in value for ref in _references(item)]
     if not isinstance(value, str):
         return []
     if value.startswith(ID_REF_KEY):
