@@ -202,6 +202,13 @@ FOLD_CONFIG: dict[str, Any] = {
 LABELS_POST = UNET_CONFIG["postprocessing"]
 
 
+def resampled(pixdim: list[float]) -> dict[str, Any]:
+    """``UNET_CONFIG``'s pre-processing with another ``Spacingd`` (item ``preprocessing#transforms#3#pixdim``)."""
+    transforms = [dict(t) for t in UNET_CONFIG["preprocessing"]["transforms"]]
+    transforms[3]["pixdim"] = pixdim
+    return {**UNET_CONFIG["preprocessing"], "transforms": transforms}
+
+
 def fold_bundle(folder: Path, seed: int, channels: int = 3, **changes: Any) -> Path:
     """One fold: ``FOLD_CONFIG`` (with ``changes``) and weights from ``seed``; ``channels`` output channels."""
     config = {**FOLD_CONFIG, **changes}

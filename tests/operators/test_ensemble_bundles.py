@@ -21,7 +21,7 @@ from monai.deploy.operators.monai_bundle_inference_operator import IOMapping
 from monai_triton_ops import Ensemble, EnsembleInferenceOperator, InferenceOperator
 from monai_triton_ops.errors import BundleError, ConfigError, ModelNotFoundError
 
-from ..bundles.makers import LABELS_POST, UNET_CONFIG, ct_image, fold_bundle
+from ..bundles.makers import LABELS_POST, ct_image, fold_bundle, resampled
 from .test_bundle import MAPPING, Ports
 
 FOLDS = ["fold0", "fold1", "fold2"]
@@ -44,10 +44,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("models")
     for seed, name in enumerate(FOLDS):
         fold_bundle(folder / name, seed)
-    spacing = {**UNET_CONFIG["preprocessing"]["transforms"][3], "pixdim": [2.0, 2.0, 2.0]}
-    pre = {"_target_": "Compose", "transforms": [*UNET_CONFIG["preprocessing"]["transforms"]]}
-    pre["transforms"][3] = spacing
-    fold_bundle(folder / "resampled", 3, preprocessing=pre)
+    fold_bundle(folder / "resampled", 3, preprocessing=resampled([2.0, 2.0, 2.0]))
     fold_bundle(folder / "two_channels", 4, channels=2)
     return folder
 
