@@ -58,7 +58,7 @@ class _Comparison:
     def __init__(self, first: BundleConfig, other: BundleConfig) -> None:
         self.first, self.other = first, other
         for config in (first, other):
-            config.parser.resolve_macro_and_relative_ids()
+            config.parser.resolve_macro_and_relative_ids()  # type: ignore[no-untyped-call]
         self.done: set[str] = set()
 
     def item(self, item: str) -> Difference | None:
