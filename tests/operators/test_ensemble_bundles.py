@@ -22,10 +22,12 @@ from monai.deploy.operators.monai_bundle_inference_operator import IOMapping
 from monai_triton_ops import Ensemble, EnsembleInferenceOperator, InferenceOperator
 from monai_triton_ops.errors import BundleError, ConfigError, ModelNotFoundError
 
+from ..bundles.heads import heads_bundle
 from ..bundles.makers import ct_image, fold_bundle, resampled
 from .test_bundle import MAPPING, Ports
 
 FOLDS = ["fold0", "fold1", "fold2"]
+HEADS_PORTS = {"input_mapping": ["image"], "output_mapping": ["seg", "dist"]}
 #: The scores as they come out of the post-processing (an ``Image`` port would take uint8 labels).
 SCORES: dict[str, Any] = {**MAPPING, "output_mapping": [IOMapping("pred", np.ndarray, IOType.IN_MEMORY)]}
 
@@ -121,6 +123,10 @@ def test_bad_bundle_ensembles_are_refused_naming_the_member(fragment: Applicatio
         ensemble(fragment, models, image, ["fold0", "two_channels"])
     with pytest.raises(ConfigError, match="ensemble member 'fold0': mode=volume sends the whole image"):
         ensemble(fragment, models, image, ["fold0", "fold1"], backend="grpc://127.0.0.1:9?mode=volume")  # no connect
+    heads = heads_bundle(models.parent / "with_heads" / "heads")  # a folder of its own: the fixture's stays folds
+    ports = {key: [IOMapping(name, Image, IOType.IN_MEMORY) for name in names] for key, names in HEADS_PORTS.items()}
+    with pytest.raises(BundleError, match=r"'network_data_format#outputs': ensemble member 'heads': its network has 2"):
+        ensemble(fragment, heads.parent, image, ["heads"], **ports)
     with pytest.raises(ConfigError, match="bundle_path= names one bundle"):
         EnsembleInferenceOperator(
             fragment, ensemble=Ensemble(FOLDS), model_path=models, bundle_path=models / "fold0", **SCORES
