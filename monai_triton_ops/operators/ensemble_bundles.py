@@ -54,10 +54,11 @@ def member_runs(
             "EnsembleInferenceOperator finds each member's bundle in the models folder (-m, or model_path=) by its "
             "name; bundle_path= names one bundle: leave it out"
         )
-    if not models_folder:
+    if model_folders(models_folder) is None:  # not given, or one model: every member would be that one
         raise ConfigError(
-            f"an ensemble of bundles {list(names)} needs the models folder that holds them: run the app with -m "
-            "MODELS, or pass model_path="
+            f"an ensemble of bundles {list(names)} needs the models folder that holds them, one folder each "
+            f"(MODELS/<name>/); got {str(models_folder) if models_folder else 'none'}: run the app with -m MODELS, "
+            "or pass model_path="
         )
     runs = []
     for name, (spec, options) in zip(names, backends, strict=True):

@@ -127,6 +127,8 @@ def test_bad_bundle_ensembles_are_refused_naming_the_member(fragment: Applicatio
     ports = {key: [IOMapping(name, Image, IOType.IN_MEMORY) for name in names] for key, names in HEADS_PORTS.items()}
     with pytest.raises(BundleError, match=r"'network_data_format#outputs': ensemble member 'heads': its network has 2"):
         ensemble(fragment, heads.parent, image, ["heads"], **ports)
+    with pytest.raises(ConfigError, match=r"needs the models folder that holds them, one folder each .*fold0"):
+        ensemble(fragment, models / "fold0", image, ["fold0", "fold1"])  # one bundle: every member would be it
     with pytest.raises(ConfigError, match="bundle_path= names one bundle"):
         EnsembleInferenceOperator(
             fragment, ensemble=Ensemble(FOLDS), model_path=models, bundle_path=models / "fold0", **SCORES
