@@ -67,10 +67,10 @@ def run_app(source: Path, out: Path, served: tuple[LocalTritonServer, Path], *ex
 
 
 @pytest.fixture(scope="module")
-def window_labels(
-    served: tuple[LocalTritonServer, Path], sample_data: Path, tmp_path_factory: pytest.TempPathFactory
-) -> np.ndarray:
-    return run_app(sample_data / "t1.nii.gz", tmp_path_factory.mktemp("window"), served)
+def window_labels(sample_labels: Path) -> np.ndarray:
+    """Window mode's labels of the sample model on the whole MRI: the torch backend's run that the sample app's tests
+    share (``sample_labels``; ``test_brain_tissue_seg.py`` shows this server's window mode gives them exactly)."""
+    return np.asarray(nib.as_closest_canonical(nib.load(sample_labels / "seg.nii.gz")).dataobj)
 
 
 @pytest.mark.parametrize("source", ["nifti", "dicom"])
