@@ -3,7 +3,9 @@
 One server for the module serves the sample model and an untrained one (random weights, 2 classes, another
 roi size, gaussian blending), each with its ``_volume`` model from ``monai-triton repo wrap``. The app runs
 as users run it, in its own process; the mode is set at deploy time (``MONAI_TRITON_MODE``, ``--mode``) and
-the app's code is unchanged. Window mode's labels are the reference.
+the app's code is unchanged. Window mode's labels are the reference: for the sample model the run's torch labels
+of the whole MRI (``sample_labels``, which ``test_brain_tissue_seg.py`` shows a server's window mode gives exactly),
+for the untrained one window mode on this server.
 """
 
 from __future__ import annotations
