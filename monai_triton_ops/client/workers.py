@@ -47,30 +47,74 @@ _AT_EXIT_LOCK = threading.Lock()
 
 
 class Workers:
-    """``count`` daemon threads fed from one queue; ``submit`` refuses work once ``stop`` has begun."""
+    """Up to ``count`` daemon threads fed from one queue; ``submit`` refuses work once ``stop`` has begun.
 
-    def __init__(self, name: str, count: int) -> None:
+    All ``count`` threads start at once, or, ``lazy``, one more only when work waits and no thread is idle: a shared
+    HTTP connection pool (``transports/http.py``) has as many threads, and so connections, as requests were ever
+    in flight at once, not as many as its models could send.
+    """
+
+    def __init__(self, name: str, count: int, *, hosts_clients: bool = True, lazy: bool = False) -> None:
+        #: Whether this pool's threads make clients of their own when they ``call`` another pool (the call runs
+        #: inline): a prober's and the janitor's thread do; a backend's request threads do not, so an HTTP server's
+        #: calls go to its one connection pool (``transports/http.py``), whichever model makes them.
+        self.hosts_clients = hosts_clients
+        self._name = name
         self._queue: queue.SimpleQueue[tuple[Callable[[Any], Any], Any, Future[Any]] | None] = queue.SimpleQueue()
         self.closed = False
         self._owners: dict[int | None, dict[object, Made[Any]]] = {}  # each thread's resources (stop() reads)
         self._busy: set[int | None] = set()  # threads running work now (stop() reads)
-        self._threads = [
-            threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(max(1, count))
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()  # the threads' list, the limit, and the lazy pool's counts
+        self._limit = 0
+        self._lazy = lazy
+        self._waiting = 0  # work queued and not yet taken (lazy)
+        self._idle = 0  # threads waiting for work (lazy)
+        self.grow(max(1, count))
+
+    @property
+    def count(self) -> int:
+        """How many threads the pool may have."""
+        return self._limit
+
+    @property
+    def started(self) -> int:
+        """How many threads it has started."""
+        return len(self._threads)
+
+    def grow(self, more: int) -> None:
+        """Allow ``more`` threads (a shared connection pool grows as models join it, and never shrinks before
+        ``stop``); started now unless ``lazy`` (then one, at least)."""
+        with self._lock:
+            self._limit += more
+            wanted = 1 if self._lazy else self._limit
+            while not self.closed and len(self._threads) < wanted:
+                self._start()
+
+    def _start(self) -> None:
+        """(under the lock)"""
+        thread = threading.Thread(target=self._work, name=f"{self._name}-{len(self._threads)}", daemon=True)
+        self._threads.append(thread)
+        thread.start()
 
     def submit(self, fn: Callable[[A], T], arg: A) -> Future[T]:
         """``fn(arg)`` on a worker; its result or exception in the returned future."""
         if self.closed:
             raise CallError(Status.CANCELLED, "the backend is closed")
         future: Future[T] = Future()
+        if self._lazy:
+            with self._lock:
+                self._waiting += 1
+                if self._waiting > self._idle and len(self._threads) < self._limit and not self.closed:
+                    self._start()
         self._queue.put((fn, arg, future))
         return future
 
     def call(self, fn: Callable[[], T], *, timeout_s: float) -> T:
-        """Run ``fn`` on a worker and wait for it (inline when called on a worker: queuing would wait for itself)."""
-        if self.on_worker():
+        """Run ``fn`` on a worker and wait for it: inline on this pool's own thread (queuing would wait for itself),
+        and on a thread of a pool that ``hosts_clients`` (it owns its own)."""
+        current = getattr(_THREAD, "pool", None)
+        if current is self or (current is not None and current.hosts_clients):
             return fn()
         future = self.submit(lambda _: fn(), None)
         try:
@@ -114,22 +158,38 @@ class Workers:
         if self.closed:
             return
         self.closed = True
-        for _ in self._threads:
+        with self._lock:
+            threads = list(self._threads)
+        for _ in threads:
             self._queue.put(None)
         end = time.monotonic() + join_timeout_s
-        for thread in self._threads:
+        for thread in threads:
             if thread is not threading.current_thread() and (
                 self._owners.get(thread.ident) or thread.ident not in self._busy
             ):
                 thread.join(timeout=max(0.0, end - time.monotonic()))
 
+    def _next(self) -> tuple[Callable[[Any], Any], Any, Future[Any]] | None:
+        """The next job (``None``: stop), counted as taken for a lazy pool's growth."""
+        if not self._lazy:
+            return self._queue.get()
+        with self._lock:
+            self._idle += 1
+        job = self._queue.get()
+        with self._lock:
+            self._idle -= 1
+            if job is not None:
+                self._waiting -= 1
+        return job
+
     def _work(self) -> None:
         resources: dict[object, Made[Any]] = {}
         _THREAD.resources = resources
+        _THREAD.pool = self
         me = threading.get_ident()
         self._owners[me] = resources
         try:
-            while (job := self._queue.get()) is not None:
+            while (job := self._next()) is not None:
                 fn, arg, future = job
                 del job
                 if future.set_running_or_notify_cancel():

@@ -40,9 +40,10 @@ from tritonclient.utils import InferenceServerException
 
 from ..credentials import redact, scrub
 from ..endpoints import Endpoint
+from ..shared import Shared
 from ..status import CallError, Status, from_http_status, from_os_error
 from ..tls import http_context_factory
-from ..workers import Made, Workers
+from ..workers import JOIN_TIMEOUT_S, Made, Workers
 from .base import (
     Heads,
     Transport,
@@ -124,8 +125,15 @@ class HttpTransport(Transport):
         self._ssl = endpoint.tls
         self._context_factory = http_context_factory(settings.credentials) if endpoint.tls else None
         self._plugin = settings.credentials.plugin(self.protocol)
-        self._workers = workers
-        self._calls: dict[int, _Call] = {}  # each worker's inference call in progress, by thread
+        # The server's one connection pool, shared by every model of this process spoken to the same way; it gains
+        # as many threads as the caller's pool has (``workers``: a backend's max_in_flight) while the caller holds it.
+        self._key = ("http", endpoint.address, endpoint.tls, settings)
+        name = f"http-{endpoint.address}"
+        self._workers = POOLS.acquire(
+            self._key, lambda: Workers(name, workers.count, lazy=True), lambda pool: pool.grow(workers.count)
+        )
+        self._released = False
+        self._calls: dict[int, _Call] = {}  # each worker's inference call in progress for this user, by thread
         self._calls_lock = threading.Lock()
         self._ended = False  # end_calls() was called: no inference call starts any more
         workers.at_thread_exit(_destroy_hub)
@@ -161,7 +169,7 @@ class HttpTransport(Transport):
         call also ends when ``end_calls()`` is called."""
         if timeout_s <= 0:
             raise CallError(Status.DEADLINE, "the deadline passed before the call could start")
-        clients = self._workers.local(self, self._new_clients)
+        clients = self._workers.local(self._key, self._new_clients)
         with self._mapped(), self._endable() if inference else nullcontext(), gevent.Timeout(timeout_s, _Deadline):
             return fn(clients)
 
@@ -205,22 +213,22 @@ class HttpTransport(Transport):
         except CallError:
             raise
         except _Deadline as exc:
-            self._workers.discard(self)
+            self._workers.discard(self._key)
             raise CallError(Status.DEADLINE, "no answer before the deadline") from exc
         except _Ended as exc:
-            self._workers.discard(self)
+            self._workers.discard(self._key)
             raise CallError(Status.CANCELLED, "the backend closed with this call still out") from exc
         except InferenceServerException as exc:
             clean = scrub(exc)
             raise from_http_status(exc.status(), str(clean.message() or clean)) from clean
         except HTTPConnectionClosed as exc:
-            self._workers.discard(self)
+            self._workers.discard(self._key)
             clean = scrub(exc)
             raise CallError(
                 Status.UNAVAILABLE, f"the connection closed before the whole response came: {clean}"
             ) from clean
         except OSError as exc:
-            self._workers.discard(self)
+            self._workers.discard(self._key)
             clean = scrub(exc)
             raise from_os_error(clean) from clean
         except Exception as exc:
@@ -291,9 +299,22 @@ class HttpTransport(Transport):
         return sorted(str(r["name"]) for r in regions)
 
     def close(self) -> None:
-        """Inference calls still out end at once (``end_calls``); each worker closes its own client as it ends
-        (``Workers.stop``)."""
+        """This user's inference calls still out end at once (``end_calls``); the last user of the server's
+        connection pool stops it, and each of its workers closes its own clients as it ends (``Workers.stop``).
+        Idempotent."""
         self.end_calls()
+        with self._calls_lock:
+            released, self._released = self._released, True
+        if not released:
+            POOLS.release(self._key)
+
+
+def _stop_pool(pool: Workers) -> None:
+    pool.stop(join_timeout_s=JOIN_TIMEOUT_S)
+
+
+#: Every HTTP server's connection pool in this process: the threads that own its clients (``client/shared.py``).
+POOLS: Shared[Workers] = Shared("HTTP connection pool", _stop_pool)
 
 
 def _post(client: HTTPClient, path: str, body: bytes, headers: Mapping[str, str]) -> tuple[Any, Any]:
