@@ -69,7 +69,7 @@ class Workers:
         self._limit = 0
         self._lazy = lazy
         self._waiting = 0  # work queued and not yet taken (lazy)
-        self._idle = 0  # threads waiting for work (lazy)
+        self._free = 0  # threads started and not running work (lazy; free again before their caller hears back)
         self.grow(max(1, count))
 
     @property
@@ -95,6 +95,7 @@ class Workers:
         """(under the lock)"""
         thread = threading.Thread(target=self._work, name=f"{self._name}-{len(self._threads)}", daemon=True)
         self._threads.append(thread)
+        self._free += 1
         thread.start()
 
     def submit(self, fn: Callable[[A], T], arg: A) -> Future[T]:
@@ -105,7 +106,7 @@ class Workers:
         if self._lazy:
             with self._lock:
                 self._waiting += 1
-                if self._waiting > self._idle and len(self._threads) < self._limit and not self.closed:
+                if self._waiting > self._free and len(self._threads) < self._limit and not self.closed:
                     self._start()
         self._queue.put((fn, arg, future))
         return future
@@ -171,16 +172,18 @@ class Workers:
 
     def _next(self) -> tuple[Callable[[Any], Any], Any, Future[Any]] | None:
         """The next job (``None``: stop), counted as taken for a lazy pool's growth."""
-        if not self._lazy:
-            return self._queue.get()
-        with self._lock:
-            self._idle += 1
         job = self._queue.get()
-        with self._lock:
-            self._idle -= 1
-            if job is not None:
+        if self._lazy and job is not None:
+            with self._lock:
                 self._waiting -= 1
+                self._free -= 1
         return job
+
+    def _freed(self) -> None:
+        """A job is over: counted free before its caller hears back (who may submit again at once)."""
+        if self._lazy:
+            with self._lock:
+                self._free += 1
 
     def _work(self) -> None:
         resources: dict[object, Made[Any]] = {}
@@ -197,12 +200,16 @@ class Workers:
                     try:
                         result = fn(arg)
                     except BaseException as exc:  # the future carries it to whoever waits
+                        self._freed()
                         future.set_exception(exc)
                     else:
+                        self._freed()
                         future.set_result(result)
                         del result
                     finally:
                         self._busy.discard(me)
+                else:
+                    self._freed()
                 # Nothing of a finished request stays on this thread: its outputs may hold a leased slot.
                 del fn, arg, future
         finally:
