@@ -16,7 +16,6 @@ reached is left to the readiness wait, which says so.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import socket
 import ssl
@@ -57,13 +56,8 @@ _HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x0
 _ALPN = {"grpc": ["h2"], "http": ["http/1.1"]}
 
 
-@functools.lru_cache(maxsize=32)
 def grpc_channel_credentials(credentials: Credentials) -> grpc.ChannelCredentials:
-    """The channel credentials of a ``grpcs://`` client: CA (``None``: gRPC's default roots), client certificate.
-
-    One object per set of credentials in the process: gRPC shares a connection between channels (its subchannel
-    pool) only when their arguments are equal, and it compares TLS credentials by identity; so the models of one
-    process that speak to a server with the same material share one TLS connection, and others never do."""
+    """The channel credentials of a ``grpcs://`` client: CA (``None``: gRPC's default roots), client certificate."""
     import grpc
 
     return grpc.ssl_channel_credentials(

@@ -127,7 +127,9 @@ class HttpTransport(Transport):
         self._plugin = settings.credentials.plugin(self.protocol)
         # The server's one connection pool, shared by every model of this process spoken to the same way; it gains
         # as many threads as the caller's pool has (``workers``: a backend's max_in_flight) while the caller holds it.
-        self._key = ("http", endpoint.address, endpoint.tls, settings)
+        # (The headers' values too: settings compare a secret by where it came from, and a control client keeps the
+        # headers it was made with.)
+        self._key = ("http", endpoint.address, endpoint.tls, settings, tuple(sorted(self._headers.items())))
         name = f"http-{endpoint.address}"
         self._workers = POOLS.acquire(
             self._key, lambda: Workers(name, workers.count, lazy=True), lambda pool: pool.grow(workers.count)
