@@ -115,6 +115,9 @@ def _heads(binary: bool) -> Heads[tuple[bytes, dict[str, str]]]:
 
 class HttpTransport(Transport):
     protocol = "http"
+    #: Any thread may call: every call runs on the server's connection pool, under its deadline, and ``end_calls``
+    #: ends this user's calls there; so a backend's ``infer()`` runs on its caller's thread, one hand-off, not two.
+    any_thread = True
 
     def __init__(self, endpoint: Endpoint, settings: TransportSettings, workers: Workers) -> None:
         self.url = endpoint.url
