@@ -14,7 +14,9 @@ threads end.
     workers.stop(join_timeout_s=5)
 
 The remote backend's prober (``remote/health.py``) is a one-thread pool of its own, off the request path:
-resources are per thread whatever pool the thread belongs to, so a probe over HTTP has a client of its own.
+resources are per thread whatever pool the thread belongs to, so a probe over HTTP has a client of its own
+(``hosts_clients``). An HTTP server's connection pool (``transports/http.py``) is a ``lazy`` pool shared by the
+process's models on that server: it starts a thread only when work would wait, and ``grow`` raises its limit.
 """
 
 from __future__ import annotations

@@ -1,10 +1,16 @@
-"""The HTTP transport: one pair of HTTP clients per worker thread, made, used and closed on that thread.
+"""The HTTP transport: one connection pool per server in the process, a pair of HTTP clients per pool thread, made,
+used and closed on that thread.
 
 The clients run on gevent and are not thread-safe ("None of the methods are thread safe"): used from two
 threads, or closed on another thread, they fail with greenlet errors, hang, or leak their sockets and the
-thread's gevent hub. So every call runs on a worker of the backend's pool (``workers.py``) with that worker's
-own clients: inference is already there, and a control call from any other thread (open, close, statistics) is
-handed to a worker and waited for. A worker ending closes its clients and destroys its hub. A client's socket
+thread's gevent hub. So every call runs on a thread of the server's pool (``workers.py``) with that thread's
+own clients, handed there from whichever thread makes it (a backend's worker, a caller's ``infer()``, open,
+close, statistics) and waited for; a thread that ``hosts_clients`` (a prober, the janitor) runs it itself, with
+clients of its own. The pool is the process's for that server, address, TLS material and headers
+(``client/shared.py``): every model there shares it, each transport is one user's view (its calls, to end at its
+close), and the last user's close stops it. It starts a thread only when a call would wait (``Workers(lazy=True)``),
+up to the sum of its users' ``max_in_flight``: as many connections as calls were ever out at once. A pool thread
+ending closes its clients and destroys its hub. A client's socket
 timeouts are fixed per client, so each call runs under a ``gevent.Timeout`` of its own deadline; after a
 timeout or a socket error the connection may be half-read, and the worker replaces its clients.
 
