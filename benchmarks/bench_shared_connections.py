@@ -5,7 +5,8 @@ given with ``--tree`` (``PYTHONPATH`` first: an older checkout is the "before"),
 process opens the five models on ``grpc://A,B`` (and ``http://A,B``), sends each 20 one-at-a-time requests with
 ``infer()``, 20 with ``submit()``, then 5 at once per model, and reports: the wall time of the five opens, the time
 per request of each path (32 KB in, 32 KB out), the TCP connections it holds to each server, its
-open files and threads above what it had before the first open, and its probing threads. Prints the medians.
+open files and threads above what it had before the five opens (after one model opened, used and closed: imports
+and what a process keeps, alike for every tree), and its probing threads. Prints the medians.
 
     .venv/bin/python benchmarks/bench_shared_connections.py --tree /tmp/before --tree . [--rounds 3]
 """
@@ -36,11 +37,13 @@ def client(spec: str, ports: list[int]) -> dict[str, float]:
     from monai_triton_ops import create_backend
     from tests.backends.remote.sharing import connections_to
 
+    x = np.arange(4096, dtype=np.float32)
+    with create_backend(spec, MODELS[0]) as warm:  # imports, and what the process keeps, before the counts and times
+        warm.submit({"INPUT__0": x}).result(timeout=60)
     fds0, threads0 = len(os.listdir("/proc/self/fd")), threading.active_count()
     start = time.perf_counter()
     backends = [create_backend(spec, model).open() for model in MODELS]
     opened_s = time.perf_counter() - start
-    x = np.arange(4096, dtype=np.float32)
     start = time.perf_counter()
     for _ in range(20):
         for backend in backends:
