@@ -4,9 +4,15 @@ A process with several models on the same server (an App SDK multi-AI app, an en
 opens one backend per model; what they can share is kept here once per *key*, and every backend takes a
 reference (``acquire``) and gives it back (``release``); the last release closes it::
 
-    pool = HTTP_POOLS.acquire(key, make=lambda: Workers(...), join=lambda pool: pool.grow(2))
+    POOLS = Shared("HTTP connection pool", close=stop_pool)          # transports/http.py
+    pool = POOLS.acquire(key, lambda: Workers(...), lambda pool: pool.grow(2))
     ...
-    HTTP_POOLS.release(key)   # the last one: close(pool)
+    POOLS.release(key)   # the last user: stop_pool(pool)
+
+Two shares use it: each HTTP server's connection pool (``transports/http.py``: threads that own the clients) and
+each fleet's probing thread (``backends/remote/health.py``). gRPC needs none: the channels of one process to one
+server share its TCP connection in gRPC's own subchannel pool (each model keeps its channel, so that closing it
+ends that model's calls alone).
 
 A key holds everything that decides how the server is spoken to (address, protocol, TLS material, headers,
 compression, keepalive, reconnect backoff: ``TransportSettings``), so models with different credentials or TLS

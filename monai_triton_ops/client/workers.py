@@ -158,10 +158,10 @@ class Workers:
         """Refuse new work, let the queued work run, and wait, ``join_timeout_s`` in all, for the threads to end:
         the idle ones, and those that own resources (they release them as they end). A thread busy with work that
         owns nothing (a request that ignored its cancel) is not waited for: it ends when its work does. Idempotent."""
-        if self.closed:
-            return
-        self.closed = True
-        with self._lock:
+        with self._lock:  # with the list: a lazy pool starts no thread after this
+            if self.closed:
+                return
+            self.closed = True
             threads = list(self._threads)
         for _ in threads:
             self._queue.put(None)
