@@ -1,7 +1,8 @@
 """The converted model loaded back and made callable for the check against its source.
 
 An ONNX file runs in ONNX Runtime (CPU), with the conditions of its top-level ``If`` nodes as extra outputs
-when it has any (``branches.with_conditions``); a ``.pt2`` runs its program's module. A graph ONNX Runtime
+when it has any whose condition the data decides (``branches.with_conditions``; not for a file whose weights
+lie beside it, over protobuf's 2 GB); a ``.pt2`` runs its program's module. A graph ONNX Runtime
 refuses to load or run is a ``ConversionError`` naming the model: the exporter wrote something that
 cannot serve, and nothing is written.
 """
@@ -40,11 +41,15 @@ def _onnx_runner(name: str, model: Path, names: Sequence[str], outputs: int) -> 
     import onnx
     import onnxruntime
 
-    proto = onnx.load(str(model))
+    proto = onnx.load(str(model), load_external_data=False)  # the graph only: weights may live beside it
     ops = onnx_control_flow(proto.graph)
-    proto, conditions = with_conditions(proto) if "If" in ops else (proto, [])
+    conditions: list[str] = []
+    source: str | bytes = str(model)
+    if "If" in ops and not any(onnx.external_data_helper.uses_external_data(t) for t in proto.graph.initializer):
+        instrumented, conditions = with_conditions(proto)
+        source = instrumented.SerializeToString()
     try:
-        session = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+        session = onnxruntime.InferenceSession(source, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime's own error kinds (InvalidGraph, Fail...) share no public base
         raise ConversionError(
             f"model {name!r}: the exported ONNX graph does not load in ONNX Runtime ({first_line(exc)}); "
