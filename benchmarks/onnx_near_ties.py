@@ -6,7 +6,7 @@ keeping the full-volume logits. Printed per run: the largest absolute logit diff
 many voxels get another label, how many voxels have a top-2 logit margin (on ``torch``) below that difference
 (the near-ties a difference of that size can flip), and the largest margin among the flipped voxels.
 
-    flock /work/wt/bench.lock .venv/bin/python benchmarks/onnx_near_ties.py --data data/brain_tissue_seg \
+    .venv/bin/python benchmarks/onnx_near_ties.py --data data/brain_tissue_seg \
         [--levels all,basic,disable] [--dicom]
 
 ``--data`` is what ``apps/brain_tissue_seg/make_sample_data.py`` writes (``t1.nii.gz``, ``dicom/``); ``--dicom``
