@@ -29,7 +29,7 @@ import numpy as np
 from monai.deploy.core import AppContext, Image
 
 from ..backends.base import BaseBackend
-from ..backends.registry import create_backend
+from ..backends.registry import backend_class, create_backend
 from ..bundles import DEFAULT_CONFIG_NAMES, Bundle, ItemNames, is_bundle, read_bundle, run_bundle
 from ..bundles.images import array_to_tensor, image_to_tensor
 from ..bundles.inferer import describe as describe_inferer
@@ -99,6 +99,12 @@ class BundleRun:
             if str(getattr(backend.options, "mode", "window")) == "volume":  # refused before anything connects
                 inferer_settings(self.bundle, None)
         else:
+            if self.bundle.network.suffix == ".onnx" and backend_class(spec).kind == "torch":
+                raise BundleError(
+                    "is ONNX (monai-triton convert --to onnx), which the 'torch' backend (TorchScript and .pt2) "
+                    "cannot run; pass --backend onnx (ONNX Runtime in this process) or --backend triton",
+                    file=str(self.bundle.network),
+                )
             repository, name = self.repository, self.model_name
             if repository is None:  # built from the bundle, once per content
                 repository, name = cached_repository(self.bundle, self.model_name)
