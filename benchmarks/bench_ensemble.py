@@ -200,6 +200,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=96)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--pin", action="store_true", help="each fleet server (with its stubs) on a core of its own")
+    parser.add_argument("--own-turns", action="store_true", help="each member's fleet its own round robin (as before)")
     parser.add_argument("--quiet", type=float, default=0.3, help="a round is quiet when others take fewer cores")
     parser.add_argument("--no-rss", action="store_true", help="skip the memory processes")
     parser.add_argument("--out", type=Path)
@@ -210,6 +211,12 @@ def main() -> None:
     if args.rss_worker:
         rss_worker(args.rss_worker, args.spec, args.names.split(","), args.size)
         return
+    if args.own_turns:
+        import itertools
+
+        from monai_triton_ops.backends.remote import fleet
+
+        fleet.shared_turn = lambda origins: itertools.count()  # type: ignore[assignment]
     found, rss = measure_all(args)
     report: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "rounds": found, "rss": rss}
     for place in PLACES:

@@ -5,7 +5,7 @@ On a machine shared with other work, a ratio of wall times says little unless on
 path had and used. ``Usage.take`` reads, from ``/proc``, the CPU time (user + system, every thread) of
 
 - ``client``: this process (the sliding window, the codec; for ``triton`` in-process also Triton's own core),
-- ``stubs``: this process's children, the Python-backend stubs of the in-process server (one per model),
+- ``stubs``: this process's children but the servers: the in-process server's Python-backend stubs (one a model),
 - ``server0``, ``server1``...: each local tritonserver with its own stubs,
 
 and the whole machine's busy time (``/proc/stat``), so that ``others`` (busy, less all the above) is the load of
@@ -64,7 +64,7 @@ class Usage:
         """Now, for this process, its stubs, and each server (a pid) with its children."""
         found, me = _processes(), os.getpid()
         groups = {"client": found.get(me, (0, 0.0))[1]}
-        groups["stubs"] = sum(cpu for parent, cpu in found.values() if parent == me)
+        groups["stubs"] = sum(cpu for pid, (parent, cpu) in found.items() if parent == me and pid not in servers)
         for index, pid in enumerate(servers):
             own = found.get(pid, (0, 0.0))[1]
             groups[f"server{index}"] = own + sum(cpu for parent, cpu in found.values() if parent == pid)
