@@ -22,7 +22,7 @@ meanwhile (the machine is shared); requests in flight (mean, most); executions p
 ``max_batch_size: 0``, so a member alone has one request out at a time (a window batch is one request) and uses
 one core: the sequential baseline leaves the second core free, the room the ensemble can use. Per-round ratios
 are also given over the ``quiet`` rounds only: those whose two paths ran while others took under ``--quiet``
-cores.
+cores; ``--wait-quiet S`` waits up to S seconds before each round for the machine to be that quiet.
 
 Memory (``--rss``): two fresh processes against the fleet, one running one member alone and one the
 ensemble, each reporting its peak RSS and the bytes it wrote (``/proc/self/io``): the ensemble's peak should
@@ -57,7 +57,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.ensemble_usage import InFlight, Usage, pin, served, sessions  # noqa: E402
+from benchmarks.ensemble_usage import InFlight, Usage, pin, served, sessions, wait_for_quiet  # noqa: E402
 from monai_triton_ops import create_backend, run_inference  # noqa: E402
 from monai_triton_ops.backends.base import BaseBackend  # noqa: E402
 from monai_triton_ops.pipeline import EnsemblePredictor, InferenceSettings  # noqa: E402
@@ -127,6 +127,9 @@ def timings(args: argparse.Namespace, paths: dict[str, TimedPath]) -> dict[str, 
     found: dict[str, list[dict[str, Any]]] = {name: [] for name in paths}
     names = list(paths)
     for round_ in range(args.rounds):
+        if args.wait_quiet:
+            busy = wait_for_quiet(args.quiet, args.wait_quiet)
+            print(f"round {round_ + 1}: starts with the machine busy {busy:.2f} cores", flush=True)
         for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
             found[name].append(paths[name].measure())
         print(f"round {round_ + 1}: " + ", ".join(f"{n} {r[-1]['wall']:.2f} s" for n, r in found.items()), flush=True)
@@ -202,6 +205,7 @@ def main() -> None:
     parser.add_argument("--pin", action="store_true", help="each fleet server (with its stubs) on a core of its own")
     parser.add_argument("--own-turns", action="store_true", help="each member's fleet its own round robin (as before)")
     parser.add_argument("--quiet", type=float, default=0.3, help="a round is quiet when others take fewer cores")
+    parser.add_argument("--wait-quiet", type=float, default=0.0, help="wait up to this many s for a quiet round")
     parser.add_argument("--no-rss", action="store_true", help="skip the memory processes")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--rss-worker", choices=("single", "ensemble"), help=argparse.SUPPRESS)

@@ -144,3 +144,16 @@ def sessions(servers: Sequence[int]) -> str:
     groups = {"client": os.getpid(), **{f"server{i}": pid for i, pid in enumerate(servers)}}
     named = ", ".join(f"{name} {Path(f'/proc/{pid}/autogroup').read_text().split()[0]}" for name, pid in groups.items())
     return f"kernel autogroup scheduling on: CPU shared per session ({named})"
+
+
+def wait_for_quiet(cores: float, limit_s: float, period_s: float = 1.0) -> float:
+    """Wait (at most ``limit_s``) until the machine, this process idle, was busy under ``cores`` for ``period_s``;
+    returns the cores it was last seen busy: a round started then is less likely to share the machine."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        busy = _machine_busy_s()[0]
+        time.sleep(period_s)
+        busy_after = _machine_busy_s()[0]
+        seen = (busy_after - busy) / period_s
+        if seen < cores or time.monotonic() >= deadline:
+            return seen
