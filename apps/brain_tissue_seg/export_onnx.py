@@ -33,8 +33,11 @@ MODEL = ROOT / "model_repository" / "brain_tissue_seg" / "1" / "model.pt"
 OPSET = 17
 
 
-def export_onnx(target: Path, source: Path = MODEL, opset: int = OPSET) -> Path:
-    """Write ``source``'s network as ONNX to ``target`` (dynamic batch and spatial axes, metadata kept)."""
+def export_onnx(target: Path, source: Path = MODEL, opset: int = OPSET, *, rewrite: bool = True) -> Path:
+    """Write ``source``'s network as ONNX to ``target`` (dynamic batch and spatial axes, metadata kept).
+
+    ``rewrite=False`` keeps the exporter's graph as it is (the benchmark's "before").
+    """
     import onnx
 
     scripted = torch.jit.load(str(source), map_location="cpu")  # type: ignore[no-untyped-call]
@@ -50,7 +53,8 @@ def export_onnx(target: Path, source: Path = MODEL, opset: int = OPSET) -> Path:
             input_names=["x"], output_names=["OUTPUT__0"], dynamic_axes={"x": axes, "OUTPUT__0": axes},
         )  # fmt: skip
     model = onnx.load(str(target))
-    rewrite_graph(model)  # exact: PReLU with one slope as LeakyRelu, which ONNX Runtime fuses into the Conv
+    if rewrite:  # exact: PReLU with one slope as LeakyRelu, which ONNX Runtime fuses into the Conv
+        rewrite_graph(model)
     meta = read_torchscript_metadata(source)
     if meta is not None:
         model.metadata_props.add(key=METADATA_KEY, value=json.dumps(meta))
