@@ -37,15 +37,14 @@ def rewrite_graph(model: onnx.ModelProto) -> int:
     graph = model.graph
     constants = _constants(graph)
     rewritten = 0
-    for index, node in enumerate(list(graph.node)):
+    for node in graph.node:
         if node.op_type != "PRelu" or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
             continue
         alpha = _single_float32(constants.get(node.input[1]))
         if alpha is None:
             continue
         leaky = onnx.helper.make_node("LeakyRelu", [node.input[0]], list(node.output), name=node.name, alpha=alpha)
-        graph.node.remove(node)
-        graph.node.insert(index, leaky)
+        node.CopyFrom(leaky)  # in place: the graph keeps its order
         rewritten += 1
     if rewritten:
         _drop_unused_initializers(graph)
