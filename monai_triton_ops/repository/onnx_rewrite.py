@@ -90,20 +90,30 @@ def _load_rewritten(path: str | Path) -> tuple[onnx.ModelProto, int]:
 
 
 def _constants(graph: Any) -> dict[str, Any]:
-    """Name -> numpy array of every constant tensor of ``graph`` (initializers that are not inputs,
-    ``Constant`` nodes' ``value``, ``Identity`` of those)."""
-    from onnx import numpy_helper
-
+    """Name -> numpy array of every one-element floating constant of ``graph`` (initializers that are not inputs,
+    ``Constant`` nodes' ``value``, ``Identity`` of those); weights are not read."""
     inputs = {value.name for value in graph.input}  # an initializer listed as an input may be fed at run time
-    found = {t.name: numpy_helper.to_array(t) for t in graph.initializer if t.name not in inputs}
+    found = {t.name: _scalar(t) for t in graph.initializer if t.name not in inputs}
     for node in graph.node:
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
             for attribute in node.attribute:
                 if attribute.name == "value":
-                    found[node.output[0]] = numpy_helper.to_array(attribute.t)
+                    found[node.output[0]] = _scalar(attribute.t)
         elif node.op_type == "Identity" and node.input and node.input[0] in found:
             found[node.output[0]] = found[node.input[0]]
-    return found
+    return {name: array for name, array in found.items() if array is not None}
+
+
+def _scalar(tensor: Any) -> Any:
+    """A one-element floating tensor as a numpy array, else ``None`` (without converting anything larger)."""
+    from math import prod
+
+    from onnx import TensorProto, numpy_helper
+
+    floating = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16)
+    if tensor.data_type not in floating or prod(tensor.dims) != 1 or tensor.data_location == TensorProto.EXTERNAL:
+        return None
+    return numpy_helper.to_array(tensor)
 
 
 def _single_float32(array: Any) -> float | None:
