@@ -155,3 +155,14 @@ def test_the_onnx_backend_rewrites_a_copy_and_repo_build_the_entry(
     build_repository(exported, repo, "built")
     assert _ops(onnx.load(str(repo / "built" / "1" / "model.onnx"))).count("LeakyRelu") == 1
     assert exported.read_bytes() == original
+
+
+def test_a_model_with_external_weights_is_loaded_from_its_path_as_it_is(exported: Path, tmp_path: Path) -> None:
+    version = tmp_path / "repo" / "external" / "1"
+    version.mkdir(parents=True)
+    onnx.save(onnx.load(str(exported)), str(version / "model.onnx"), save_as_external_data=True,
+              location="weights.bin", size_threshold=0)  # fmt: skip
+    assert rewritten_bytes(version / "model.onnx") is None  # ONNX Runtime finds weights.bin beside the path
+    x = np.ones((1, 1, 8, 8, 8), np.float32)
+    with create_backend("onnx", "external", model_repository=tmp_path / "repo") as backend:
+        np.testing.assert_allclose(backend.infer({"x": x})["y"], _run(str(exported), x), atol=TOLERANCE)
