@@ -4,12 +4,17 @@ Models: the sample app's UNet (the committed TorchScript, and its ONNX export by
 ``apps/brain_tissue_seg/export_onnx.py``), and a zoo-sized UNet (the spleen bundle's layout: channels 16-256,
 four stride-2 steps, two residual units, batch norm; random weights) at 96^3 and 128^3 windows. Each case runs
 through the backends as an app does (``create_backend``): ``torch`` (TorchScript) and ``onnx`` with each
-ONNX Runtime setting under test. Threads are pinned the same for both (``torch.set_num_threads`` and
+ONNX Runtime setting under test: ``onnx-plain`` is the exporter's graph as it is (``rewrite_graph=false``, the
+entry's file not rewritten either), ``onnx`` the default (the exact rewrites of ``repository/onnx_rewrite.py``:
+PReLU with one slope as LeakyRelu, fused into the convolution), and for a sw batch above 1 ``onnx-split`` the
+same session fed one window per request. Threads are pinned the same for both (``torch.set_num_threads`` and
 ``intra_op_threads``). Rounds are interleaved: each round times every path once, the order rotated, so a slow
 spell on a shared machine hits every path alike. Prints medians (ms) and each path's ratio to ``torch``; with
-``--profile``, where ONNX Runtime spends a window's time, by operator type.
+``--profile``, where ONNX Runtime spends a window's time, by operator type (the exporter's graph and the
+rewritten one).
 
     .venv/bin/python benchmarks/bench_onnx.py [--rounds 5] [--threads 2] [--study 160 160 160] [--profile]
+        [--settings onnx-plain onnx onnx-extended onnx-spin] [--cases sample:96x4 zoo:128x1 ...]
 """
 
 from __future__ import annotations
@@ -42,8 +47,15 @@ from monai_triton_ops.backends.base import BaseBackend  # noqa: E402
 from monai_triton_ops.pipeline import Predictor  # noqa: E402
 from monai_triton_ops.repository.builder import build_repository  # noqa: E402
 
-#: ONNX Runtime settings compared (backend options), besides ``torch``.
-SETTINGS = {"onnx": "", "onnx-extended": "graph_optimization=extended", "onnx-spin": "spin=true"}
+#: ONNX Runtime settings compared, besides ``torch``: label -> (repository entry suffix, backend options).
+#: ``_plain`` entries hold the exporter's graph as it is (``repo build`` would rewrite it).
+SETTINGS = {
+    "onnx-plain": ("_plain", "rewrite_graph=false"),
+    "onnx": ("", ""),
+    "onnx-extended": ("", "graph_optimization=extended"),
+    "onnx-spin": ("", "spin=true"),
+}
+DEFAULT_SETTINGS = ["onnx-plain", "onnx"]
 
 
 #: (model, window size, sw batch) cases, as ``--cases`` names them: ``sample:96x4``.
@@ -56,12 +68,14 @@ def zoo_unet() -> torch.nn.Module:
 
 
 def repositories(scratch: Path) -> dict[str, Path]:
-    """Per model, a repository holding it as TorchScript (``<name>_ts``) and as ONNX (``<name>``)."""
+    """Per model, a repository holding it as TorchScript (``<name>_ts``), as ONNX rewritten (``<name>``) and as
+    the exporter wrote it (``<name>_plain``)."""
     from monai.data import save_net_with_metadata
 
     repo = scratch / "repo"
     build_repository(MODEL, repo, "sample_ts")
     build_repository(export_onnx(scratch / "sample.onnx"), repo, "sample")
+    plain_entry(export_onnx(scratch / "sample_plain.onnx", rewrite=False), repo, "sample_plain")
     zoo = zoo_unet().eval()
     scripted = torch.jit.script(zoo)
     meta = {"network_data_format": {"inputs": {"image": {"num_channels": 1, "spatial_shape": ["16*n"] * 3,
@@ -75,7 +89,14 @@ def repositories(scratch: Path) -> dict[str, Path]:
         input_names=["x"], output_names=["OUTPUT__0"], dynamic_axes={"x": axes, "OUTPUT__0": axes},
     )  # fmt: skip
     build_repository(scratch / "zoo.onnx", repo, "zoo")
+    plain_entry(scratch / "zoo.onnx", repo, "zoo_plain")
     return {"sample": repo, "zoo": repo}
+
+
+def plain_entry(model: Path, repo: Path, name: str) -> None:
+    """A repository entry whose ``model.onnx`` is ``model`` byte for byte (``repo build`` writes it rewritten)."""
+    build_repository(model, repo, name)
+    (repo / name / "1" / "model.onnx").write_bytes(model.read_bytes())
 
 
 def interleaved_ms(paths: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
@@ -97,8 +118,8 @@ def case(backends: dict[str, BaseBackend], roi: int, sw_batch: int, study: tuple
     volume = torch.from_numpy(np.random.default_rng(1).standard_normal((1, 1, *study), np.float32))
 
     predictors: dict[str, Callable[[torch.Tensor], torch.Tensor]] = dict(backends)
-    if sw_batch > 1 and "onnx" in backends:  # the sw batch cut into one-window requests (ONNX Runtime gains
-        predictors["onnx-split"] = Predictor(backends["onnx"], request_batch_size=1)  # nothing from a batch)
+    if sw_batch > 1 and "onnx" in backends:  # the sw batch cut into one-window requests
+        predictors["onnx-split"] = Predictor(backends["onnx"], request_batch_size=1)
 
     def one_window(predictor: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[], object]:
         return lambda: predictor(window)
@@ -115,7 +136,7 @@ def case(backends: dict[str, BaseBackend], roi: int, sw_batch: int, study: tuple
 
 
 def profile(repo: Path, name: str, roi: int, threads: int) -> None:
-    """Where ONNX Runtime spends one window: per operator type, share of the kernel time."""
+    """Where ONNX Runtime spends one window: per operator type, share of the kernel time, and the total."""
     import onnxruntime
 
     settings = onnxruntime.SessionOptions()
@@ -133,7 +154,8 @@ def profile(repo: Path, name: str, roi: int, threads: int) -> None:
         if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
             kernels[event["args"]["op_name"]] += event["dur"]
     total = sum(kernels.values())
-    print(f"  {name} {roi}^3: " + ", ".join(f"{op} {100 * us / total:.0f}%" for op, us in kernels.most_common(6)))
+    shares = ", ".join(f"{op} {100 * us / total:.0f}%" for op, us in kernels.most_common(6))
+    print(f"  {name} {roi}^3 ({total / 3000:.0f} ms of kernel time per window): {shares}")
 
 
 def main() -> int:
@@ -143,7 +165,7 @@ def main() -> int:
     parser.add_argument("--study", type=int, nargs=3, default=(160, 160, 160))
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--cases", nargs="*", default=[f"{n}:{r}x{b}" for n, r, b in CASES])
-    parser.add_argument("--settings", nargs="*", default=list(SETTINGS), choices=list(SETTINGS))
+    parser.add_argument("--settings", nargs="*", default=DEFAULT_SETTINGS, choices=list(SETTINGS))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     cases = [c for c in CASES if f"{c[0]}:{c[1]}x{c[2]}" in args.cases]
@@ -152,14 +174,13 @@ def main() -> int:
         print(f"threads {args.threads}, study {args.study}, {args.rounds} interleaved rounds, medians")
         for name, roi, sw_batch in cases:
             print(f"{name}:")
-            specs = {"torch": "torch"} | {
-                k: f"onnx?intra_op_threads={args.threads}&{SETTINGS[k]}" for k in args.settings
+            specs = {"torch": ("_ts", "torch")} | {
+                k: (SETTINGS[k][0], f"onnx?intra_op_threads={args.threads}&{SETTINGS[k][1]}") for k in args.settings
             }
             backends = {
-                label: create_backend(spec, f"{name}_ts" if label == "torch" else name, model_repository=repos[name],
-                                      max_in_flight=1).open()
-                for label, spec in specs.items()
-            }  # fmt: skip
+                label: create_backend(spec, name + suffix, model_repository=repos[name], max_in_flight=1).open()
+                for label, (suffix, spec) in specs.items()
+            }
             try:
                 case(backends, roi, sw_batch, tuple(args.study), args.rounds)
             finally:
@@ -167,8 +188,9 @@ def main() -> int:
                     backend.close()
         if args.profile:
             print("where ONNX Runtime spends a window (kernel time by operator type):")
-            for name, roi in (("sample", 96), ("zoo", 96)):
-                profile(repos[name], name, roi, args.threads)
+            for name, roi in (("sample", 96), ("zoo", 96), ("zoo", 128)):
+                for entry in (f"{name}_plain", name):
+                    profile(repos[name], entry, roi, args.threads)
     return 0
 
 

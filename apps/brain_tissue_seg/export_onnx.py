@@ -2,7 +2,8 @@
 
 The network is rebuilt from ``network.py`` with the TorchScript's weights and exported by the TorchScript-based
 exporter (opset 17) with the batch and the three spatial axes dynamic; the MONAI metadata goes into the file's
-``metadata_props`` (``monai_metadata``), where every part of monai-triton-ops reads it. Max abs difference of the
+``metadata_props`` (``monai_metadata``), where every part of monai-triton-ops reads it; its PReLUs (one slope
+each) become ``LeakyRelu`` (exact; ``monai_triton_ops/repository/onnx_rewrite.py``). Max abs difference of the
 logits against TorchScript here: ~1e-6 on a 96^3 window.
 
     .venv/bin/python apps/brain_tissue_seg/export_onnx.py OUT.onnx [--repository REPO]
@@ -26,13 +27,17 @@ from network import build_network  # noqa: E402
 
 from monai_triton_ops.repository.metadata import read_torchscript_metadata  # noqa: E402
 from monai_triton_ops.repository.onnx_model import METADATA_KEY  # noqa: E402
+from monai_triton_ops.repository.onnx_rewrite import rewrite_graph  # noqa: E402
 
 MODEL = ROOT / "model_repository" / "brain_tissue_seg" / "1" / "model.pt"
 OPSET = 17
 
 
-def export_onnx(target: Path, source: Path = MODEL, opset: int = OPSET) -> Path:
-    """Write ``source``'s network as ONNX to ``target`` (dynamic batch and spatial axes, metadata kept)."""
+def export_onnx(target: Path, source: Path = MODEL, opset: int = OPSET, *, rewrite: bool = True) -> Path:
+    """Write ``source``'s network as ONNX to ``target`` (dynamic batch and spatial axes, metadata kept).
+
+    ``rewrite=False`` keeps the exporter's graph as it is (the benchmark's "before").
+    """
     import onnx
 
     scripted = torch.jit.load(str(source), map_location="cpu")  # type: ignore[no-untyped-call]
@@ -48,6 +53,8 @@ def export_onnx(target: Path, source: Path = MODEL, opset: int = OPSET) -> Path:
             input_names=["x"], output_names=["OUTPUT__0"], dynamic_axes={"x": axes, "OUTPUT__0": axes},
         )  # fmt: skip
     model = onnx.load(str(target))
+    if rewrite:  # exact: PReLU with one slope as LeakyRelu, which ONNX Runtime fuses into the Conv
+        rewrite_graph(model)
     meta = read_torchscript_metadata(source)
     if meta is not None:
         model.metadata_props.add(key=METADATA_KEY, value=json.dumps(meta))

@@ -10,7 +10,9 @@ default), ``graph_optimization`` (``disable``, ``basic``, ``extended``, ``layout
 ``providers`` (in order of preference, the CPU provider last, added when left out), ``cache_dir`` for
 providers that build engines (TensorRT, OpenVINO) and ``spin`` (ONNX Runtime's thread pools busy-wait between
 steps; off by default, since a spinning pool takes the cores that the app's other threads, and a second request
-in flight, need). ``InferenceSession.run`` is thread-safe, so requests
+in flight, need). ``rewrite_graph`` (on by default) hands ONNX Runtime the graph after the exact rewrites of
+``repository/onnx_rewrite.py`` (PReLU with one slope as ``LeakyRelu``, which it fuses into the convolution),
+made on an in-memory copy: the file is not changed. ``InferenceSession.run`` is thread-safe, so requests
 run side by side on the base's worker pool; a request past its deadline or cut off at close is stopped
 through its ``RunOptions.terminate``.
 """
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from ..errors import BackendStateError, ConfigError, DeviceUnavailableError, InferenceError, ModelLoadError
 from ..repository import layout
 from ..repository.onnx_model import DEFAULT_ONNX_FILENAME, OnnxModel, graph_conflicts, is_onnx_file, read_onnx
+from ..repository.onnx_rewrite import rewritten_bytes
 from ..repository.signatures import local_entry
 from ..signature import ModelSignature
 from .arrays import ArrayLike, as_numpy
@@ -58,6 +61,7 @@ class OnnxOptions(BackendOptions):
     providers: tuple[str, ...] = (CPU_PROVIDER,)
     cache_dir: Path | None = None
     spin: bool = False
+    rewrite_graph: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -195,7 +199,8 @@ def make_session(path: Path, name: str, model: OnnxModel, options: OnnxOptions) 
     session_options = session_settings(options)
     providers: list[Any] = [_provider(p, options.cache_dir) for p in options.providers]
     try:
-        return onnxruntime.InferenceSession(str(path), sess_options=session_options, providers=providers)
+        graph = (rewritten_bytes(path) if options.rewrite_graph else None) or str(path)
+        return onnxruntime.InferenceSession(graph, sess_options=session_options, providers=providers)
     except Exception as exc:  # onnxruntime's Fail / InvalidGraph / NotImplemented: not Python's own types
         text = _last_line(exc)
         if "opset" in str(exc).lower():

@@ -2,8 +2,10 @@
 
 ONNX goes through the TorchScript-based exporter (``dynamo=False``, opset 17, ``dynamic_axes``), which
 exports a TorchScript module as it is and traces a Python one; the MONAI metadata goes into the model's
-``metadata_props`` (``monai_metadata``). ``.pt2`` goes through ``torch.export`` (non-strict) with
-``Dim.AUTO`` on those axes, and the metadata into the archive's ``metadata.json`` extra file.
+``metadata_props`` (``monai_metadata``), and the graph gets the exact rewrites of ``repository/onnx_rewrite.py``
+(PReLU with one slope as ``LeakyRelu``, which ONNX Runtime fuses into the convolution). ``.pt2`` goes
+through ``torch.export`` (non-strict) with ``Dim.AUTO`` on those axes, and the metadata into the archive's
+``metadata.json`` extra file.
 A trace that depends on the data (a Python ``if`` on a tensor's value) is refused: the file would
 hold one branch only.
 """
@@ -26,6 +28,7 @@ from torch.jit._trace import TracerWarning
 from ..errors import ConversionError
 from ..repository.metadata import METADATA_FILE
 from ..repository.onnx_model import METADATA_KEY
+from ..repository.onnx_rewrite import rewrite_graph
 
 logger = logging.getLogger(__name__)
 
@@ -62,10 +65,11 @@ def export_onnx(
         except Exception as exc:  # the exporter raises many kinds for what it cannot express
             raise ConversionError(f"model {name!r} cannot be exported to ONNX: {first_line(exc)}") from exc
     _refuse_data_dependence(name, "torch.onnx.export", caught)
+    model = onnx.load(str(target))
+    rewrite_graph(model)  # exact (PReLU with one slope -> LeakyRelu); the numeric check runs the rewritten file
     if metadata is not None:
-        model = onnx.load(str(target))
         model.metadata_props.add(key=METADATA_KEY, value=json.dumps(dict(metadata)))
-        onnx.save(model, str(target))
+    onnx.save(model, str(target))
 
 
 def export_pt2(

@@ -27,6 +27,7 @@ from .describe import ModelDescription, describe
 from .entry import EntryKeywords, EntryPlan, plan_entry
 from .naming import libtorch_naming, rename
 from .onnx_model import is_onnx_file
+from .onnx_rewrite import rewrite_file
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -239,7 +240,10 @@ def _write_entry(
     version_dir = folder / str(version)
     version_dir.mkdir()
     (folder / layout.CONFIG_FILENAME).write_text(text, encoding="utf-8")
-    shutil.copyfile(model_path, version_dir / options.model_filename)
+    if is_onnx_file(options.model_filename):  # the entry's copy gets the exact rewrites (onnx_rewrite.py)
+        rewrite_file(model_path, version_dir / options.model_filename)
+    else:
+        shutil.copyfile(model_path, version_dir / options.model_filename)
     if options.flavor == "python":
         shutil.copyfile(RUNNER, version_dir / RUNNER_FILENAME)
     if options.flavor == "python" and is_onnx_file(options.model_filename):

@@ -118,7 +118,11 @@ def test_converted_files_carry_the_metadata_and_dynamic_axes(converted: tuple[Pa
     assert model.metadata == sample_meta
     assert [t.shape for t in (*model.inputs, *model.outputs)] == [(-1, 1, -1, -1, -1), (-1, 3, -1, -1, -1)]
     assert [t.name for t in (*model.inputs, *model.outputs)] == ["x", "OUTPUT__0"]
-    assert onnx.load(str(root / "sample.onnx")).opset_import[0].version == 17
+    exported = onnx.load(str(root / "sample.onnx"))
+    assert exported.opset_import[0].version == 17
+    ops = [node.op_type for node in exported.graph.node]  # its one-slope PReLUs rewritten (onnx_rewrite.py)
+    assert "PRelu" not in ops
+    assert ops.count("LeakyRelu") == 9
     program, meta = load_exported_program(root / "sample.pt2")
     assert meta == sample_meta
     batch_and_size = program.module()(torch.zeros(3, 1, 24, 16, 32)).shape  # another batch and spatial size
