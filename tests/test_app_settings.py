@@ -95,17 +95,17 @@ def clean_environ() -> Iterator[None]:
     os.environ.update(saved)
 
 
-def sample(option: str, hint: Any, tmp_path: Path) -> str:
-    """A valid value as text, other than the default, for an option of type ``hint``."""
+def sample(option: str, hint: Any, tmp_path: Path, default: Any = None) -> str:
+    """A valid value as text, other than ``default``, for an option of type ``hint``."""
     if option in SAMPLES:
         return SAMPLES[option]
     args = [a for a in get_args(hint) if a is not type(None)]
     if get_origin(hint) in (typing.Union, types.UnionType):
-        return sample(option, args[0], tmp_path)
+        return sample(option, args[0], tmp_path, default)
     if get_origin(hint) is Literal:
         return str(args[-1])
     if hint is bool:
-        return "true"
+        return "false" if default is True else "true"
     if hint is int:
         return "4"
     if hint is float:
@@ -153,13 +153,13 @@ def test_every_backend_option_reaches_the_backend_from_each_source(
 ) -> None:
     spec = TLS_SPEC if option in TLS_OPTIONS else SPECS[scheme]
     hint = typing.get_type_hints(backend_class(spec).options_type)[option]
-    value = sample(option, hint, tmp_path)
+    default = {f.name: f.default for f in dataclasses.fields(backend_class(spec).options_type)}[option]
+    value = sample(option, hint, tmp_path, default)
     context = context_for(tmp_path, unet_repo, source, env_of(option), flag_of(option), value, "--backend", spec)
     operator = InferenceOperator(fragment, app_context=context, model_name="unet", name="infer")
     assert operator.backend_options[option] == value
     backend = create_backend(operator.backend_spec, operator.model_name, **operator.backend_options)
     assert getattr(backend.options, option) == typed(option, value, hint, spec)
-    default = {f.name: f.default for f in dataclasses.fields(backend_class(spec).options_type)}[option]
     assert getattr(backend.options, option) != default  # the setting changed something
 
 
