@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -149,24 +150,56 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
-@pytest.fixture(scope="session")
-def sample_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The MNI T1 as NIfTI (``t1.nii.gz``) and as a DICOM MR series (``dicom/``), with reference ``labels.nii.gz``.
-
-    Written once per run: under pytest-xdist by the first worker that asks (the others wait on a lock), into the
-    run's folder that all workers share; it is complete or absent (written beside, then renamed).
-    """
+def made_once(tmp_path_factory: pytest.TempPathFactory, name: str, write: Callable[[Path], None]) -> Path:
+    """``name`` (a relative path) in the run's folder that all workers share, written by ``write(folder)`` once per
+    run: under pytest-xdist by the first worker that asks (the others wait on a lock); complete or absent (written
+    beside, then renamed)."""
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if "PYTEST_XDIST_WORKER" in os.environ else base
-    out = shared / "sample_data" / "brain_tissue_seg"
-    with (shared / "sample_data.lock").open("w") as lock:
+    out = shared / name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.with_name(f"{out.name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not out.is_dir():
             partial = out.with_name(f"{out.name}.partial")
-            script = ROOT / "apps" / "brain_tissue_seg" / "make_sample_data.py"
-            subprocess.run([sys.executable, str(script), "--out", str(partial)], check=True, timeout=600)
+            shutil.rmtree(partial, ignore_errors=True)  # a worker that died while writing it
+            write(partial)
             partial.rename(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def sample_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The MNI T1 as NIfTI (``t1.nii.gz``) and as a DICOM MR series (``dicom/``), with reference ``labels.nii.gz``,
+    written once per run (``made_once``)."""
+    script = ROOT / "apps" / "brain_tissue_seg" / "make_sample_data.py"
+
+    def write(out: Path) -> None:
+        subprocess.run([sys.executable, str(script), "--out", str(out)], check=True, timeout=600)
+
+    return made_once(tmp_path_factory, "sample_data/brain_tissue_seg", write)
+
+
+@pytest.fixture(scope="session")
+def sample_labels(sample_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sample app's output on ``t1.nii.gz`` with the torch backend (``seg.nii.gz``), once per run: the labels
+    every other way of running the sample model on the whole MRI must give (other backends, volume mode). One
+    whole-MRI run (~20 s of CPU) instead of one per module that compares against it."""
+    from . import warm_python
+
+    app = ROOT / "apps" / "brain_tissue_seg"
+
+    def write(out: Path) -> None:
+        out.mkdir()
+        command = [sys.executable, "-m", "monai_triton_ops.cli", "exec", str(app), "-i", str(sample_data / "t1.nii.gz")]
+        command += ["-o", str(out), "-m", str(ROOT / "model_repository"), "-l", "WARN", "--backend", "torch"]
+        result = warm_python.run(command, cwd=ROOT, timeout=900)
+        assert result.returncode == 0, result.stderr[-3000:]
+        (line,) = [line for line in result.stderr.splitlines() if line.startswith("model ")]
+        assert "ran on torch" in line, line
+        assert "whole volume" not in line, line  # window mode, as the app asks
+
+    return made_once(tmp_path_factory, "sample_data/torch_labels", write)
 
 
 #: Folders whose tests share session fixtures (the binding meta-test's record, the packaged wheel and MAP image,

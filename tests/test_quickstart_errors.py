@@ -31,7 +31,7 @@ from monai_triton_ops.repository.builder import build_repository
 from monai_triton_ops.server import LocalTritonServer, find_tritonserver
 from monai_triton_ops.signature import ModelSignature, TensorSpec
 
-from .conftest import UNET_META, save_model, tiny_unet
+from .conftest import UNET_META, nd_format, save_model, tiny_unet
 from .operators.test_operator import OneShotApp
 from .pipeline.test_inputs import write_dicom
 
@@ -393,6 +393,56 @@ def scores_as_image(folder: Path) -> object:
     )
 
 
+def ensemble_rows(tmp_path: Path) -> dict[str, Callable[[], BaseException]]:
+    """The ensemble operator's refusals: each made by the operator (when the graph is composed, or at ``start()``)."""
+    from monai.deploy.core import IOType
+    from monai.deploy.operators.monai_bundle_inference_operator import IOMapping
+
+    from monai_triton_ops import Ensemble, EnsembleInferenceOperator, Member
+
+    from .bundles.makers import fold_bundle, resampled
+    from .operators.test_ensemble import unet
+
+    def models() -> Path:
+        folder = tmp_path / "ensemble"
+        save_model(unet(0), folder / "fold0" / "1" / "model.pt", UNET_META)
+        two = nd_format({"image": (1, ["2*n"] * 3, "float32")}, {"pred": (2, ["2*n"] * 3, "float32")})
+        save_model(unet(1, out_channels=2), folder / "two_channels" / "1" / "model.pt", two)
+        return folder
+
+    def bundles() -> Path:
+        folder = tmp_path / "bundle_folds"
+        fold_bundle(folder / "fold0", 0)
+        fold_bundle(folder / "fold3", 3, preprocessing=resampled([2.0, 2.0, 2.0]))
+        return folder
+
+    def operator(members: list[str | Member], folder: Path | None = None, **keywords: object) -> object:
+        return EnsembleInferenceOperator(
+            Application(), ensemble=Ensemble(members, mirror_axes=(0,)), backend="torch", model_path=folder, **keywords
+        )
+
+    mapping = {
+        "input_mapping": [IOMapping("image", Image, IOType.IN_MEMORY)],
+        "output_mapping": [IOMapping("pred", Image, IOType.IN_MEMORY)],
+    }
+    volume = Member("fold1", backend="grpc://127.0.0.1:9?mode=volume")  # refused before it connects
+    return {
+        "ensemble member 'fold9' is not in the models folder '...' (models there: ...); each member must be a "
+        "model's folder name": lambda: raised(lambda: operator(["fold0", "fold9"], models())),
+        "ensemble member 'two_channels' gives 2 output channels, member 'fold0' gives 3: the members of an ensemble "
+        "must predict the same channels": lambda: raised(operator(["fold0", "two_channels"], models()).start),
+        "bundle file .../configs/inference.json, item 'preprocessing#transforms#3#pixdim': ensemble member 'fold3' "
+        "has [2.0, 2.0, 2.0], member 'fold0' has [1.5, 1.5, 2.0]: the members of a bundle ensemble share one "
+        "pre-processing, inferer and post-processing ...": lambda: raised(
+            lambda: operator(["fold0", "fold3"], bundles(), **mapping)
+        ),
+        "ensemble member 'fold1': mode=volume sends the whole image to the server's sliding window over one model, "
+        "and an ensemble (or test-time mirroring) combines every member's prediction of each window in the app; ...": (
+            lambda: raised(operator([volume]).start)
+        ),
+    }
+
+
 def triggers(tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Callable[[], BaseException]]:
     empty, no_dicom, ct = tmp_path / "empty", tmp_path / "no_dicom", tmp_path / "ct"
     for folder in (empty, no_dicom, ct):
@@ -568,6 +618,7 @@ def triggers(tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch) -> dic
             lambda: two_inputs_wrapped(tmp_path)
         ),
         **bundle_rows(tmp_path),
+        **ensemble_rows(tmp_path),
         "internal error: ValueError: ... (a bug: rerun with -l DEBUG and report the traceback)": lambda: ValueError(
             "an unexpected failure"
         ),

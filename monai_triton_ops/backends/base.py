@@ -195,7 +195,9 @@ class BaseBackend(ABC):
             if flow.state is BackendState.NEW:
                 flow.pid = os.getpid()
                 if self._synchronous:
-                    self._pool = Workers(f"{self.kind}-{self.model_name}", self.options.max_in_flight)
+                    self._pool = Workers(
+                        f"{self.kind}-{self.model_name}", self.options.max_in_flight, hosts_clients=False
+                    )
                 try:
                     signature = self._open()
                 except BaseException:

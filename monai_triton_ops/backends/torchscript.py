@@ -17,6 +17,7 @@ import torch
 from ..errors import BackendStateError, ConfigError, DeviceUnavailableError, InferenceError
 from ..repository import layout
 from ..repository.metadata import load_served_module
+from ..repository.onnx_model import DEFAULT_ONNX_FILENAME, is_onnx_file
 from ..repository.runner.model import name_results
 from ..repository.signatures import local_entry
 from ..signature import ModelSignature
@@ -75,6 +76,7 @@ class TorchScriptBackend(BaseBackend):
     def _open(self) -> ModelSignature:
         version, version_dir = layout.resolve_version(self._repository, self.model_name, self.version)
         entry = local_entry(self._repository, self.model_name)
+        refuse_onnx(self.model_name, version_dir / entry.model_filename)
         path = layout.model_file(version_dir, self.model_name, entry.model_filename)
         module, names = load_served_module(path, self.model_name, self.device)
         signature = entry.signature(version, path=path, schema_names=names)
@@ -104,6 +106,18 @@ class TorchScriptBackend(BaseBackend):
 
     def _close(self) -> None:
         self._module = None
+
+
+def refuse_onnx(name: str, path: Path) -> None:
+    """A ``ConfigError`` when the model file is ONNX (``config.pbtxt`` names ``model.onnx``, or a version folder
+    without a config holds ``model.onnx`` and no ``model.pt``): this backend cannot run it, ``onnx`` can."""
+    found = path if is_onnx_file(path) else path.with_name(DEFAULT_ONNX_FILENAME)
+    if not (is_onnx_file(path) or (not path.is_file() and found.is_file())):
+        return
+    raise ConfigError(
+        f"model {name!r}: its network is ONNX ({str(found)!r}), which the 'torch' backend (TorchScript and "
+        "torch.export .pt2) cannot run; use --backend onnx (ONNX Runtime in this process) or --backend triton"
+    )
 
 
 def name_outputs(signature: ModelSignature, result: Any) -> dict[str, torch.Tensor]:

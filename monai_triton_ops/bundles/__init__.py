@@ -14,6 +14,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .compare import Difference as Difference
+    from .compare import config_difference as config_difference
     from .config import BundleConfig as BundleConfig
     from .config import ItemNames as ItemNames
     from .network import MetaNetwork as MetaNetwork
@@ -29,6 +31,8 @@ if TYPE_CHECKING:
 _HOMES = {
     "DEFAULT_CONFIG_NAMES": "source",
     "BundleConfig": "config",
+    "Difference": "compare",
+    "config_difference": "compare",
     "ItemNames": "config",
     "MetaNetwork": "network",
     "export_torchscript": "network",
@@ -43,8 +47,10 @@ __all__ = [
     "DEFAULT_CONFIG_NAMES",
     "Bundle",
     "BundleConfig",
+    "Difference",
     "ItemNames",
     "MetaNetwork",
+    "config_difference",
     "export_torchscript",
     "find_bundle",
     "is_bundle",

@@ -10,7 +10,7 @@ A bundle folder is the model zoo's layout::
     <bundle>/scripts/                        the bundle's own Python code, importable as ``scripts``
 
 ``monai-triton repo build`` writes the same ``configs/`` folder beside a Triton model's version folders,
-so a repository model folder is a bundle folder too (its network is ``1/model.pt``).
+so a repository model folder is a bundle folder too (its network is ``1/model.pt``, ``.pt2`` or ``.onnx``).
 
 A TorchScript file written by ``monai.bundle.ckpt_export`` (what the App SDK packages) carries
 ``metadata.json`` and every config as JSON "extra files" (``<archive>/extra/<name>.json``); they are read
@@ -39,8 +39,8 @@ METADATA = "metadata"
 MODEL_FILES = ("models/model.ts", "models/model.pt", "models/model.pt2", "models/model.onnx")
 #: A bundle network that is already what a backend loads (``monai-triton convert`` writes them): served as it is.
 SERVED_SUFFIXES = (".pt2", ".onnx")
-#: A repository model folder's network (``repo build``'s layout).
-REPOSITORY_MODEL = "1/model.pt"
+#: A repository model folder's network (``repo build``'s layout), TorchScript or converted.
+REPOSITORY_MODELS = ("1/model.pt", "1/model.pt2", "1/model.onnx")
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,7 @@ def _folder(root: Path) -> BundleSource:
             "has no configs/ folder: a bundle folder holds configs/metadata.json and configs/inference.json",
             file=str(root),
         )
-    candidates = [root / name for name in (*MODEL_FILES, REPOSITORY_MODEL)]
+    candidates = [root / name for name in (*MODEL_FILES, *REPOSITORY_MODELS)]
     model = next((p for p in candidates if p.is_file()), None)
     return BundleSource(path=root, root=root.resolve(), model_file=model)
 

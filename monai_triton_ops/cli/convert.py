@@ -49,4 +49,6 @@ def _run_convert(args: argparse.Namespace) -> int:
         f"wrote {result.path} ({args.to}) in {result.seconds:.1f} s; max abs difference against {args.model} "
         f"on a probe {shapes_text}: {result.max_abs_diff:.3g} (tolerance {args.tolerance:g})"
     )
+    if result.control_flow.ops:
+        print(result.control_flow.describe())
     return 0

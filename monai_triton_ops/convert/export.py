@@ -12,9 +12,13 @@ hold one branch only.
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+import io
 import json
+import logging
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +30,11 @@ from ..repository.metadata import METADATA_FILE
 from ..repository.onnx_model import METADATA_KEY
 from ..repository.onnx_rewrite import rewrite_graph
 
+logger = logging.getLogger(__name__)
+
 OPSET = 17
+#: The logger whose "Unable to find user code" warning precedes a data-dependent torch.export failure.
+_SYMBOLIC_SHAPES = "torch.fx.experimental.symbolic_shapes"
 #: Tracer warnings that mean the graph took a branch or a count from the probe's values.
 _DATA_DEPENDENT = ("Python boolean", "Python index", "Python number", "iterating over a tensor")
 
@@ -55,7 +63,7 @@ def export_onnx(
                 input_names=list(inputs), output_names=list(outputs), dynamic_axes=named,
             )  # fmt: skip
         except Exception as exc:  # the exporter raises many kinds for what it cannot express
-            raise ConversionError(f"model {name!r} cannot be exported to ONNX: {_first_line(exc)}") from exc
+            raise ConversionError(f"model {name!r} cannot be exported to ONNX: {first_line(exc)}") from exc
     _refuse_data_dependence(name, "torch.onnx.export", caught)
     model = onnx.load(str(target))
     rewrite_graph(model)  # exact (PReLU with one slope -> LeakyRelu); the numeric check runs the rewritten file
@@ -71,18 +79,39 @@ def export_pt2(
     """Write ``module`` as a ``torch.export`` program to ``target``; ``axes``: the dynamic axes of each input."""
     from torch.export import Dim
 
-    shapes = tuple(dict.fromkeys(dims, Dim.AUTO) for dims in axes)
+    shapes: tuple[Any, ...] = tuple(dict.fromkeys(dims, Dim.AUTO) for dims in axes)
+    if _takes_varargs(module):  # a .pt2 source's ProgramCall: forward(*args), whose one argument is the tuple
+        shapes = (shapes,)
+    quiet = io.StringIO()  # torch.export prints the partial graph of a failed trace to stderr, and logs a warning
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), contextlib.redirect_stderr(quiet), _quiet_logger(_SYMBOLIC_SHAPES):
             warnings.simplefilter("ignore")
             program = torch.export.export(module, tuple(probe), dynamic_shapes=shapes, strict=False)
     except Exception as exc:  # torch._dynamo's UserError, GuardOnDataDependentSymNode and the like
+        logger.debug("torch.export of model %r failed; what it printed:\n%s", name, quiet.getvalue())
         raise ConversionError(
             f"model {name!r} cannot be exported with torch.export (control flow that depends on the data, or "
-            f"an operation it cannot trace): {_first_line(exc)}"
+            f"an operation it cannot trace): {first_line(exc)}"
         ) from exc
     extra = {METADATA_FILE: json.dumps(dict(metadata))} if metadata is not None else {}
     torch.export.save(program, str(target), extra_files=extra)
+
+
+def _takes_varargs(module: torch.nn.Module) -> bool:
+    parameters = inspect.signature(module.forward).parameters.values()
+    return any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters)
+
+
+@contextlib.contextmanager
+def _quiet_logger(name: str) -> Iterator[None]:
+    """``name``'s records below ERROR dropped for the block (torch's handlers write them to stderr directly)."""
+    log = logging.getLogger(name)
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def _refuse_data_dependence(name: str, tool: str, caught: Sequence[warnings.WarningMessage]) -> None:
@@ -101,6 +130,7 @@ def _refuse_data_dependence(name: str, tool: str, caught: Sequence[warnings.Warn
             )
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """An exception's kind and the first line of its text, for an error that quotes it."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"

@@ -13,14 +13,15 @@ import secrets
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from ..errors import ConversionError
 from ..repository.metadata import input_names
+from .branches import ControlFlow, variants
+from .check import Runner, converted_runner, tensors
 from .export import dynamic_axes, export_onnx, export_pt2
 from .source import Source, load_source, probe_shapes
 
@@ -40,6 +41,7 @@ class Conversion:
     max_abs_diff: float
     probe_shapes: tuple[tuple[int, ...], ...]
     seconds: float
+    control_flow: ControlFlow = field(default_factory=lambda: ControlFlow(()))
 
 
 def convert(
@@ -60,6 +62,12 @@ def convert(
             "needs the Python network: pass --network FILE.py:FUNCTION (it gets the TorchScript's weights), or "
             "convert the bundle with network_def + models/model.pt"
         )
+    if to == "onnx" and source.control_flow:
+        raise ConversionError(
+            f"model {source.name!r}: the .pt2 program holds {sorted(set(source.control_flow))} (control flow on the "
+            "data), which the ONNX exporter used here (torch.onnx.export over TorchScript) cannot carry; convert the "
+            "TorchScript made by torch.jit.script instead (its branches become ONNX If / Loop)"
+        )
     shapes = probe_shapes(source, input_shapes)
     generator = torch.Generator().manual_seed(0)
     probe = [torch.randn(shape, generator=generator) for shape in shapes]
@@ -70,7 +78,7 @@ def convert(
         model = staging / "models" / f"model{TARGETS[to]}" if source.bundle_root else staging
         if source.bundle_root is not None:
             _copy_bundle(source.bundle_root, staging)
-        diff = _export_and_check(source, to, probe, reference, model, tolerance)
+        diff, flow = _export_and_check(source, to, probe, reference, model, tolerance)
         _swap_in(staging, target)
     finally:
         if staging.is_dir():
@@ -79,7 +87,7 @@ def convert(
             staging.unlink(missing_ok=True)
     seconds = time.perf_counter() - started
     logger.info("converted %s to %s in %.1f s (max abs difference %.3g)", source.path, target, seconds, diff)
-    return Conversion(path=target, max_abs_diff=diff, probe_shapes=tuple(shapes), seconds=seconds)
+    return Conversion(path=target, max_abs_diff=diff, probe_shapes=tuple(shapes), seconds=seconds, control_flow=flow)
 
 
 def _target(source: Source, to: str, out: str | Path | None, force: bool) -> Path:
@@ -102,7 +110,7 @@ def _target(source: Source, to: str, out: str | Path | None, force: bool) -> Pat
 
 def _export_and_check(
     source: Source, to: str, probe: list[torch.Tensor], reference: list[torch.Tensor], model: Path, tolerance: float
-) -> float:
+) -> tuple[float, ControlFlow]:
     signature = source.signature()
     ins = signature.input_names if signature else input_names(len(probe), source.argument_names)
     outs = signature.output_names if signature else [f"OUTPUT__{i}" for i in range(len(reference))]
@@ -119,21 +127,73 @@ def _export_and_check(
                     metadata=source.metadata)  # fmt: skip
     else:
         export_pt2(source.module, source.name, probe, model, axes=[axes[n] for n in ins], metadata=source.metadata)
-    converted = _run_converted(model, to, ins, probe)
-    diff = max(float((a - b).abs().max()) for a, b in zip(converted, reference, strict=True))
+    run, flow = converted_runner(source.name, model, to, ins, len(outs))
+    first = run(probe)
+    diff = _compare(source.name, to, "the probe", probe, reference, first, tolerance)
+    if not flow.ops:
+        return diff, flow
+    return diff, _check_branches(source, to, run, flow, probe, reference, first[1], tolerance)
+
+
+def _check_branches(
+    source: Source, to: str, run: Runner, flow: ControlFlow, probe: list[torch.Tensor], reference: list[torch.Tensor],
+    conditions: list[bool], tolerance: float,
+) -> ControlFlow:  # fmt: skip
+    """Control flow on the data kept: the converted model against the source on each probe variant, meant to take
+    the other branch; returns ``flow`` with how many of its top-level ``If`` the variants saw go both ways.
+
+    A variant's outputs may be larger than the probe's (shifted, scaled), and float32 rounding with them: its
+    tolerance grows by the ratio of its largest output to the probe's (never below ``tolerance``).
+    """
+    seen, peak = [conditions], _peak(reference)
+    for label, inputs in variants(probe):
+        expected = _run_source_quietly(source, inputs)
+        if expected is None:
+            continue
+        got = run(inputs)
+        allowed = tolerance * max(1.0, _peak(expected) / peak) if peak > 0 else tolerance
+        _compare(source.name, to, f"the probe {label}", inputs, expected, got, allowed)
+        seen.append(got[1])
+    if flow.conditions:
+        flow = replace(flow, both_ways=sum(len(set(values)) == 2 for values in zip(*seen, strict=True)))
+    logger.info("model %r: %s", source.name, flow.describe())
+    return flow
+
+
+def _compare(
+    name: str, to: str, label: str, inputs: list[torch.Tensor], expected: list[torch.Tensor],
+    got: tuple[list[torch.Tensor], list[bool]], tolerance: float,
+) -> float:  # fmt: skip
+    """The largest absolute difference of the converted outputs ``got`` from the source's; over ``tolerance``
+    (or another shape) a ``ConversionError`` that says on which input."""
+    outputs = got[0]
+    on = f"on {label} (input shapes {[list(t.shape) for t in inputs]})"
+    for index, (a, b) in enumerate(zip(outputs, expected, strict=True)):
+        if a.shape != b.shape:
+            raise ConversionError(
+                f"model {name!r}: output {index} of the {to} model has shape {list(a.shape)} {on}, the source's "
+                f"{list(b.shape)}; nothing was written"
+            )
+    diff = max(
+        float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
+        for a, b in zip(outputs, expected, strict=True)
+    )
     if not diff <= tolerance:
         raise ConversionError(
-            f"model {source.name!r}: the {to} model differs from the source by {diff:.3g} (max abs difference of "
-            f"the outputs on a probe input of shapes {[list(t.shape) for t in probe]}), over the tolerance "
-            f"{tolerance:g}; nothing was written (raise --tolerance to accept it)"
+            f"model {name!r}: the {to} model differs from the source by {diff:.3g} (max abs difference of the "
+            f"outputs {on}), over the tolerance {tolerance:g}; nothing was written (raise --tolerance to accept it)"
         )
     return diff
+
+
+def _peak(outputs: list[torch.Tensor]) -> float:
+    return max((float(t.double().abs().max()) for t in outputs if t.numel() and t.is_floating_point()), default=0.0)
 
 
 def _run_source(source: Source, probe: list[torch.Tensor]) -> list[torch.Tensor]:
     try:
         with torch.inference_mode():
-            return _tensors(source.module(*probe))
+            return tensors(source.module(*probe))
     except Exception as exc:  # the model rejects the probe: its shapes come from the metadata or --input-shape
         raise ConversionError(
             f"model {source.name!r} fails on the probe input of shapes {[list(t.shape) for t in probe]}: "
@@ -141,22 +201,13 @@ def _run_source(source: Source, probe: list[torch.Tensor]) -> list[torch.Tensor]
         ) from exc
 
 
-def _run_converted(model: Path, to: str, names: Sequence[str], probe: list[torch.Tensor]) -> list[torch.Tensor]:
-    if to == "onnx":
-        import onnxruntime
-
-        session = onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-        feeds = {name: tensor.numpy() for name, tensor in zip(names, probe, strict=True)}
-        return [torch.from_numpy(a) for a in session.run(None, feeds)]
-    with torch.inference_mode():
-        return _tensors(torch.export.load(str(model)).module()(*probe))
-
-
-def _tensors(result: Any) -> list[torch.Tensor]:
-    if isinstance(result, torch.Tensor):
-        return [result]
-    values = list(result.values()) if isinstance(result, dict) else list(result)
-    return [torch.as_tensor(v) for v in values]
+def _run_source_quietly(source: Source, inputs: list[torch.Tensor]) -> list[torch.Tensor] | None:
+    """The source's outputs on a probe variant, or ``None`` where the source itself refuses it (not compared)."""
+    try:
+        return _run_source(source, inputs)
+    except ConversionError as exc:
+        logger.debug("model %r: probe variant not compared: %s", source.name, exc)
+        return None
 
 
 def _swap_in(staging: Path, target: Path) -> None:

@@ -49,6 +49,7 @@ class Source:
     metadata: dict[str, Any] | None
     argument_names: tuple[str, ...]
     bundle_root: Path | None = None
+    control_flow: tuple[str, ...] = ()  # a .pt2's torch.cond / while_loop, which only torch.export carries over
 
     def signature(self) -> ModelSignature | None:
         """The signature the metadata gives (tensor names as ``repo build`` names them), or ``None``.
@@ -74,10 +75,13 @@ def load_source(path: Path, network: str | None = None) -> Source:
         return _bundle(path, network)
     name = path.stem
     if archive_format(path, name) == "pt2":
+        from .branches import program_control_flow
+
         program, meta = load_exported_program(path)
         call: torch.nn.Module = ProgramCall(program.module())
         return Source(path=path, name=name, format="pt2", module=call, traceable=True, metadata=meta,
-                      argument_names=_program_inputs(program))  # fmt: skip
+                      argument_names=_program_inputs(program),
+                      control_flow=tuple(program_control_flow(program.graph_module)))  # fmt: skip
     module, schema = load_served_module(path, name)
     meta = read_torchscript_metadata(path)
     source = Source(path=path, name=name, format="torchscript", module=module, traceable=False, metadata=meta,

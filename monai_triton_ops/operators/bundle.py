@@ -29,7 +29,7 @@ import numpy as np
 from monai.deploy.core import AppContext, Image
 
 from ..backends.base import BaseBackend
-from ..backends.registry import create_backend
+from ..backends.registry import backend_class, create_backend
 from ..bundles import DEFAULT_CONFIG_NAMES, Bundle, ItemNames, is_bundle, read_bundle, run_bundle
 from ..bundles.images import array_to_tensor, image_to_tensor
 from ..bundles.inferer import describe as describe_inferer
@@ -65,10 +65,13 @@ class BundleRun:
         app_context: AppContext | None,
         backend_spec: str | None,
         backend_options: Mapping[str, Any],
+        models_folder: str | Path | None = None,
     ) -> None:
+        """``models_folder`` replaces the app context's ``-m`` as where the bundle is looked for (an ensemble's)."""
         names = keywords.get("bundle_config_names")
         config_names: Sequence[str] = getattr(names, "config_names", None) or DEFAULT_CONFIG_NAMES
         model_path = getattr(app_context, "model_path", None) if app_context is not None else None
+        model_path = models_folder or model_path
         path, repository = locate(keywords.get("bundle_path"), model_path, model_name)
         self.bundle: Bundle = read_bundle(path, config_names, ItemNames.of(names))
         # a repository's model is its folder's name (repo build --name may differ from the metadata's)
@@ -96,6 +99,12 @@ class BundleRun:
             if str(getattr(backend.options, "mode", "window")) == "volume":  # refused before anything connects
                 inferer_settings(self.bundle, None)
         else:
+            if self.bundle.network.suffix == ".onnx" and backend_class(spec).kind == "torch":
+                raise BundleError(
+                    "is ONNX (monai-triton convert --to onnx), which the 'torch' backend (TorchScript and .pt2) "
+                    "cannot run; pass --backend onnx (ONNX Runtime in this process) or --backend triton",
+                    file=str(self.bundle.network),
+                )
             repository, name = self.repository, self.model_name
             if repository is None:  # built from the bundle, once per content
                 repository, name = cached_repository(self.bundle, self.model_name)
@@ -117,6 +126,11 @@ class BundleRun:
         self._volume = volume_network(self.bundle, backend)
         if self._volume is not None:
             logger.info("bundle: mode=volume, the inferer on the server: %s", describe_inferer(self.bundle.inferer))
+
+    def use(self, backend: BaseBackend, network: Callable[[Any], Any]) -> None:
+        """Run with ``network`` over ``backend``, both already open: an ensemble's predictor over its members'
+        backends, which the ensemble opened (``operators/ensemble.py``)."""
+        self._backend, self._network, self._volume = backend, network, None
 
     def close(self) -> BaseBackend | None:
         backend, self._backend, self._volume, self._network = self._backend, None, None, None

@@ -9,9 +9,18 @@ are averaged as they arrive (``pipeline/ensemble.py``), and the post-processing 
 A separate class, not a keyword of ``InferenceOperator``: its members, their backends and their checks are
 what it is about, and a one-member ensemble with ``mirror_axes`` is test-time augmentation for one model.
 Everything else (ports, settings, transforms, dictionary mode, the run line) is ``InferenceOperator``'s.
-What is checked before anything runs: each member's model is in the folder (when the graph is composed);
-each member's output channels and input rank equal the first member's (at ``start()``, from the
-signatures, before any image is read).
+With the App SDK bundle operator's keywords (``input_mapping``, ``output_mapping``, ``bundle_config_names``)
+each member is a MONAI Bundle of the models folder, and the first member's pre-processing, inferer and
+post-processing run once for all, which requires them to be the same (``ensemble_bundles.py``).
+
+What is checked before anything runs: each member's model is in the folder, and a bundle member's configs are
+the first's (when the graph is composed); no member is in ``mode=volume``, and each member's output channels and
+input rank equal the first member's (at ``start()``, from the signatures, before any image is read).
+
+``mode=volume`` is refused, not run: a whole-volume model runs one network's sliding window on the server and
+answers with the blended volume (or only its labels), while an ensemble and test-time mirroring combine every
+member's prediction of each window here; sending each member the whole image would need its own path through the
+pipeline, and with ``volume_output=labels`` (the default) there would be no probabilities to average at all.
 """
 
 from __future__ import annotations
@@ -31,8 +40,10 @@ from ..backends.registry import create_backend
 from ..errors import ConfigError
 from ..pipeline.ensemble import Combine, EnsemblePredictor, check_members, mirror_flips
 from ..pipeline.settings import InferenceSettings
-from ..preflight import check_model_entry
+from ..preflight import check_model_entry, is_remote
 from .arguments import deployed_options, repository_of, spec_from
+from .bundle import BUNDLE_KEYWORDS, BundleRun
+from .ensemble_bundles import check_in_folder, member_runs
 from .inference import CLOSE_TIMEOUT_S, InferenceOperator
 
 logger = logging.getLogger(__name__)
@@ -75,24 +86,30 @@ class Ensemble:
 class EnsembleInferenceOperator(InferenceOperator):
     """``InferenceOperator`` whose prediction is the combination of several models' (``ensemble=``).
 
-    Takes every ``InferenceOperator`` keyword but ``model_name`` (the members name theirs) and the bundle
-    ones; ``backend=`` and ``backend_options=`` are the default of every member.
+    Takes every ``InferenceOperator`` keyword but ``model_name`` (the members name theirs) and ``bundle_path``
+    (the bundles are the members' folders); ``backend=`` and ``backend_options=`` are the default of every member.
     """
 
     def __init__(self, fragment: Fragment, *args: Any, ensemble: Ensemble, **kwargs: Any) -> None:
         members = ensemble.member_list()
         if "model_name" in kwargs:
             raise ConfigError("EnsembleInferenceOperator takes its models from ensemble= members, not model_name=")
-        if "bundle_path" in kwargs or "input_mapping" in kwargs:
-            raise ConfigError("EnsembleInferenceOperator runs models of a models folder; bundles are not supported")
         mirror_flips(ensemble.mirror_axes)  # checked now, not at the first image
         self.ensemble = ensemble
         self.members = members
         app_context: AppContext | None = kwargs.get("app_context")
+        bundles = {key: kwargs[key] for key in BUNDLE_KEYWORDS if key in kwargs}
+        folder = models_folder_of(app_context, kwargs)
         self._member_backends = [
-            _member_backend(m, kwargs.get("backend"), kwargs.get("backend_options") or {}, app_context, kwargs)
+            _member_backend(m, kwargs.get("backend"), kwargs.get("backend_options") or {}, app_context, folder, bundles)
             for m in members
         ]
+        names = [m.model_name for m in members]
+        self._runs = (
+            member_runs(bundles, names, self._member_backends, app_context=app_context, models_folder=folder)
+            if bundles
+            else []
+        )
         self._opened: list[BaseBackend] = []
         self._ensemble_predictor: EnsemblePredictor | None = None
         super().__init__(
@@ -104,25 +121,33 @@ class EnsembleInferenceOperator(InferenceOperator):
         names = [m.model_name for m in self.members]
         for name, (spec, options) in zip(names, self._member_backends, strict=True):
             logger.info("ensemble member %r: backend %r, options %s", name, spec, options)
-        self._opened = [create_backend(s, n, **o) for n, (s, o) in zip(names, self._member_backends, strict=True)]
+        if self._runs:
+            self._opened = [run.create_backend() for run in self._runs]
+        else:
+            self._opened = [create_backend(s, n, **o) for n, (s, o) in zip(names, self._member_backends, strict=True)]
         self._interrupt_key = interrupts.register(self._close_now)
         try:
+            for name, backend in zip(names, self._opened, strict=True):
+                check_window_mode(backend, name)
             with ThreadPoolExecutor(max_workers=len(self._opened), thread_name_prefix="ensemble-open") as pool:
                 for future in [pool.submit(b.open) for b in self._opened]:
                     future.result()
             check_members(self._opened, names)
             self._backend = self._opened[0]
-            self._settings = self._given_settings or InferenceSettings.from_metadata(
-                self._opened[0].signature.metadata, **self.settings_overrides
-            )
+            if not self._runs:
+                self._settings = self._given_settings or InferenceSettings.from_metadata(
+                    self._opened[0].signature.metadata, **self.settings_overrides
+                )
             self._ensemble_predictor = EnsemblePredictor(
                 self._opened,
                 weights=self.ensemble.weights,
                 combine=self.ensemble.combine,
                 flips=mirror_flips(self.ensemble.mirror_axes),
-                request_batch_size=self._settings.request_batch_size,
+                request_batch_size=self._settings.request_batch_size if self._settings else None,
             )
-            logger.info("ensemble of %d members %s: %s", len(names), names, self._settings)
+            if self._runs:  # the first member's pre-processing, inferer and post-processing, over every member
+                self._runs[0].use(self._opened[0], self._ensemble_predictor)
+            logger.info("ensemble of %d members %s: %s", len(names), names, self._settings or "the bundle's inferer")
         except BaseException:  # no member left open, loaded or connected
             self.stop()
             raise
@@ -131,6 +156,8 @@ class EnsembleInferenceOperator(InferenceOperator):
         """Release every member's backend; safe when ``start()`` never ran or failed half-way."""
         opened, self._opened = self._opened, []
         self._backend, self._ensemble_predictor = None, None
+        if self._runs:
+            self._runs[0].close()
         if self._interrupt_key is not None:
             interrupts.unregister(self._interrupt_key)
             self._interrupt_key = None
@@ -143,6 +170,27 @@ class EnsembleInferenceOperator(InferenceOperator):
 
     def _predictor(self) -> EnsemblePredictor | None:
         return self._ensemble_predictor
+
+    def _bundle_run(self, *args: Any, **kwargs: Any) -> BundleRun:
+        """The first member's run (read with the others, checked against them): its ports and data flow."""
+        return self._runs[0]
+
+
+def models_folder_of(app_context: AppContext | None, kwargs: Mapping[str, Any]) -> str | None:
+    """Where the members are: the app's ``-m`` over the code's ``model_path``."""
+    folder = app_context.model_path if app_context is not None and app_context.model_path else None
+    folder = folder or kwargs.get("model_path")
+    return str(folder) if folder else None
+
+
+def check_window_mode(backend: BaseBackend, name: str) -> None:
+    """Refuse a member in ``mode=volume`` (module docstring: why), before it connects."""
+    if str(getattr(backend.options, "mode", "window")) == "volume":
+        raise ConfigError(
+            f"ensemble member {name!r}: mode=volume sends the whole image to the server's sliding window over one "
+            "model, and an ensemble (or test-time mirroring) combines every member's prediction of each window in "
+            "the app; use mode=window (the default) for this member"
+        )
 
 
 def _first_member_keywords(first: Member, kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -162,10 +210,11 @@ def _member_backend(
     backend: str | None,
     code_options: Mapping[str, Any],
     app_context: AppContext | None,
-    kwargs: Mapping[str, Any],
+    folder: str | None,
+    bundles: Mapping[str, Any],
 ) -> tuple[str, dict[str, Any]]:
     """A member's spec and options by the operator's rule (its deploy-time ``NAME=SPEC`` first); its model
-    checked in the folder now."""
+    checked in the folder now (a bundle member's by ``ensemble_bundles.py``, which reads it)."""
     if callable(backend):
         raise ConfigError("EnsembleInferenceOperator takes backend specs (strings), not a factory")
     spec, source = spec_from(member.backend or backend, app_context, member.model_name)
@@ -173,9 +222,11 @@ def _member_backend(
     if member.version is not None:
         code["version"] = member.version
     options = backend_keywords(spec, source, deployed_options(app_context, member.model_name), code)
-    repository = app_context.model_path if app_context is not None and app_context.model_path else None
-    repository = repository or kwargs.get("model_path")
-    if repository:
-        options.setdefault("model_repository", repository_of(repository, member.model_name))
+    if bundles:
+        return spec, options
+    if folder:
+        options.setdefault("model_repository", repository_of(folder, member.model_name))
+    if not is_remote(spec):
+        check_in_folder(member.model_name, options.get("model_repository"))
     check_model_entry(spec, options.get("model_repository"), member.model_name, options.get("version"))
     return spec, options

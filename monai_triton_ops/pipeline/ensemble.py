@@ -174,7 +174,7 @@ def _accumulate(
             f"{tuple(total.shape)} (members must have the same output channels)"
         )
     if isinstance(total, torch.Tensor):
-        total[start:end] += torch.as_tensor(value) * weight
+        total[start:end].add_(torch.as_tensor(value), alpha=weight)  # in place: no weighted copy of the value
     else:
         total[start:end] += np.asarray(value) * weight
     return total

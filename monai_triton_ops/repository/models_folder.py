@@ -122,8 +122,27 @@ def describe_ensemble(folder: str | Path, members: Sequence[str]) -> str:
             + "; the members of an ensemble must predict the same channels"
         )
     count = f"{known.pop()} output channels each" if known else "output channels not fixed by the signatures"
+    if all(models[name][0] == "bundle" for name in members):
+        count += f"; {_same_flow([models[name][1] for name in members], members)}"
     lines.append(f"ensemble of {len(members)} members {list(members)}: {count}; they fit together")
     return "\n".join(lines) + "\n"
+
+
+def _same_flow(paths: Sequence[Path], members: Sequence[str]) -> str:
+    """Bundle members run the first's pre-processing, inferer and post-processing (``operators/ensemble_bundles.py``):
+    refuse members whose configs differ, as the operator does."""
+    from ..bundles import config_difference, read_bundle
+
+    bundles = [read_bundle(path) for path in paths]
+    for name, bundle in zip(members[1:], bundles[1:], strict=True):
+        found = config_difference(bundles[0], bundle)
+        if found is not None:
+            raise ConfigError(
+                f"ensemble member {name!r} has {found.actual} as item {found.item!r} ({found.file}), member "
+                f"{members[0]!r} has {found.expected}: the members of a bundle ensemble share one pre-processing, "
+                "inferer and post-processing (the first member's)"
+            )
+    return "one pre-processing, inferer and post-processing (the bundles' configs are the same)"
 
 
 def _describe(kind: str, path: Path, describe_path: Any) -> Any:

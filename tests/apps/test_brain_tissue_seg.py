@@ -52,11 +52,9 @@ def _dice(seg_path: Path, labels_path: Path) -> dict[int, float]:
 
 
 @pytest.fixture(scope="session")
-def nifti_run(sample_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("nifti_out")
-    result = run_app(sample_data / "t1.nii.gz", out, "--backend", "torch")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return out
+def nifti_run(sample_labels: Path) -> Path:
+    """The app on the NIfTI with ``--backend torch``: ``sample_labels``, run once for every module that needs it."""
+    return sample_labels
 
 
 def test_nifti_in_labels_out_on_the_input_grid_with_dice_above_target(nifti_run: Path, sample_data: Path) -> None:

@@ -3,7 +3,9 @@
 One server for the module serves the sample model and an untrained one (random weights, 2 classes, another
 roi size, gaussian blending), each with its ``_volume`` model from ``monai-triton repo wrap``. The app runs
 as users run it, in its own process; the mode is set at deploy time (``MONAI_TRITON_MODE``, ``--mode``) and
-the app's code is unchanged. Window mode's labels are the reference.
+the app's code is unchanged. Window mode's labels are the reference: for the sample model the run's torch labels
+of the whole MRI (``sample_labels``, which ``test_brain_tissue_seg.py`` shows a server's window mode gives exactly),
+for the untrained one window mode on this server.
 """
 
 from __future__ import annotations
@@ -67,10 +69,10 @@ def run_app(source: Path, out: Path, served: tuple[LocalTritonServer, Path], *ex
 
 
 @pytest.fixture(scope="module")
-def window_labels(
-    served: tuple[LocalTritonServer, Path], sample_data: Path, tmp_path_factory: pytest.TempPathFactory
-) -> np.ndarray:
-    return run_app(sample_data / "t1.nii.gz", tmp_path_factory.mktemp("window"), served)
+def window_labels(sample_labels: Path) -> np.ndarray:
+    """Window mode's labels of the sample model on the whole MRI: the torch backend's run that the sample app's tests
+    share (``sample_labels``; ``test_brain_tissue_seg.py`` shows this server's window mode gives them exactly)."""
+    return np.asarray(nib.as_closest_canonical(nib.load(sample_labels / "seg.nii.gz")).dataobj)
 
 
 @pytest.mark.parametrize("source", ["nifti", "dicom"])

@@ -51,8 +51,11 @@ def test_missing_version_lists_the_versions(unet_repo: Path) -> None:
 def test_missing_repository_and_missing_model_file(tmp_path: Path, unet_repo: Path) -> None:
     with pytest.raises(ModelNotFoundError, match="does not exist"):
         create_backend("torch", "unet", model_repository=tmp_path / "nowhere").open()
-    (unet_repo / "unet" / "1" / "model.pt").rename(unet_repo / "unet" / "1" / "model.onnx")
-    with pytest.raises(ModelNotFoundError, match=r"no 'model.pt' .* \(found: model.onnx\)"):
+    (unet_repo / "unet" / "1" / "model.pt").rename(unet_repo / "unet" / "1" / "model.pt.old")
+    with pytest.raises(ModelNotFoundError, match=r"no 'model.pt' .* \(found: model.pt.old\)"):
+        create_backend("torch", "unet", model_repository=unet_repo).open()
+    (unet_repo / "unet" / "1" / "model.pt.old").rename(unet_repo / "unet" / "1" / "model.onnx")
+    with pytest.raises(ConfigError, match=r"model 'unet': its network is ONNX .* use --backend onnx"):
         create_backend("torch", "unet", model_repository=unet_repo).open()
 
 

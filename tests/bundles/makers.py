@@ -150,13 +150,17 @@ def network(definition: dict[str, Any], seed: int = 0) -> torch.nn.Module:
     return UNet(**args).eval()
 
 
-def write_bundle(folder: Path, config: dict[str, Any], meta: dict[str, Any], *, form: str = "ts") -> Path:
-    """Write a bundle folder (``ts`` or ``pt``), or a single ``.ts`` (``archive``); returns what to give the reader."""
+def write_bundle(
+    folder: Path, config: dict[str, Any], meta: dict[str, Any], *, form: str = "ts", seed: int = 0
+) -> Path:
+    """Write a bundle folder (``ts`` or ``pt``), or a single ``.ts`` (``archive``); returns what to give the reader.
+
+    ``seed`` initialises the network's weights (folds of one bundle differ only in it)."""
     (folder / "configs").mkdir(parents=True, exist_ok=True)
     (folder / "models").mkdir(exist_ok=True)
     (folder / "configs" / "inference.json").write_text(json.dumps(config, indent=1))
     (folder / "configs" / "metadata.json").write_text(json.dumps(meta, indent=1))
-    net = network(config["network_def"])
+    net = network(config["network_def"], seed)
     torch.save(net.state_dict(), folder / "models" / "model.pt")
     if form == "pt":
         return folder
@@ -180,6 +184,36 @@ def write_bundle(folder: Path, config: dict[str, Any], meta: dict[str, Any], *, 
 
 def unet_bundle(folder: Path, form: str = "ts", **changes: Any) -> Path:
     return write_bundle(folder, {**UNET_CONFIG, **changes}, metadata("tiny_spleen", 1, 3, 3), form=form)
+
+
+#: Folds of one bundle, for ensembles: the 3D UNet bundle with ``tests/operators/test_ensemble.py``'s network (no
+#: residual units), so that seed ``n`` gives that file's ``unet(n)``, and a post-processing linear in the prediction
+#: (``Invertd`` with bilinear interpolation only: every channel's score, back on the input's grid), so that the
+#: post-processed mean of the folds is the mean of each fold post-processed alone (read it from an ``np.ndarray``
+#: port: an ``Image`` port takes labels). ``LABELS_POST`` is the usual one (softmax, ``Invertd``, argmax).
+FOLD_CONFIG: dict[str, Any] = {
+    **UNET_CONFIG,
+    "network_def": {**UNET_DEF, "num_res_units": 0},
+    "postprocessing": {
+        "_target_": "Compose",
+        "transforms": [t for t in UNET_CONFIG["postprocessing"]["transforms"] if t["_target_"] == "Invertd"],
+    },
+}
+LABELS_POST = UNET_CONFIG["postprocessing"]
+
+
+def resampled(pixdim: list[float]) -> dict[str, Any]:
+    """``UNET_CONFIG``'s pre-processing with another ``Spacingd`` (item ``preprocessing#transforms#3#pixdim``)."""
+    transforms = [dict(t) for t in UNET_CONFIG["preprocessing"]["transforms"]]
+    transforms[3]["pixdim"] = pixdim
+    return {**UNET_CONFIG["preprocessing"], "transforms": transforms}
+
+
+def fold_bundle(folder: Path, seed: int, channels: int = 3, **changes: Any) -> Path:
+    """One fold: ``FOLD_CONFIG`` (with ``changes``) and weights from ``seed``; ``channels`` output channels."""
+    config = {**FOLD_CONFIG, **changes}
+    config["network_def"] = {**config["network_def"], "out_channels": channels}
+    return write_bundle(folder, config, metadata("tiny_folds", 1, channels, 3), seed=seed)
 
 
 def rgb_bundle(folder: Path, form: str = "ts") -> Path:

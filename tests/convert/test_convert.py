@@ -7,6 +7,7 @@ one repository of the four, one tritonserver for gRPC and HTTP; a 16^3 volume.
 
 from __future__ import annotations
 
+import re
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -246,6 +247,34 @@ def test_a_converted_bundle_builds_and_serves_its_own_file(
             assert (backend.signature.input_names, backend.signature.output_names) == (("image",), ("pred",))
             logits = np.asarray(backend.infer({"image": _image()})["pred"])
         np.testing.assert_array_equal(logits.argmax(axis=1), references["bundle"].argmax(axis=1))
+
+
+def test_the_torch_backend_refuses_an_onnx_model_and_bundle_naming_the_file_and_the_backends_that_run_it(
+    converted: tuple[Path, Path, Path],
+) -> None:
+    from monai.deploy.core import Application, Image, IOType
+    from monai.deploy.operators.monai_bundle_inference_operator import IOMapping
+
+    from monai_triton_ops import InferenceOperator
+    from monai_triton_ops.errors import BundleError, ConfigError
+
+    backend = create_backend("torch", "sample_onnx", model_repository=converted[1])
+    refused = r"model 'sample_onnx': its network is ONNX \('.*/sample_onnx/1/model\.onnx'\), which the 'torch' backend"
+    with pytest.raises(ConfigError, match=rf"{refused} .* cannot run; use --backend onnx .* or --backend triton"):
+        backend.open()
+    mapping = {"input_mapping": [IOMapping("image", Image, IOType.IN_MEMORY)],
+               "output_mapping": [IOMapping("pred", Image, IOType.IN_MEMORY)]}  # fmt: skip
+    repository = converted[2] / "for_torch"  # a bundle folder, and the model folder repo build made of it
+    build_bundle(converted[2] / "bundle_onnx", repository, "bundle_onnx")
+    for bundle, file in (
+        (converted[2] / "bundle_onnx", "models/model.onnx"),
+        (repository / "bundle_onnx", "1/model.onnx"),
+    ):
+        op = InferenceOperator(Application(), bundle_path=bundle, backend="torch", **mapping)
+        where = re.escape(str(bundle / file))
+        with pytest.raises(BundleError, match=rf"bundle file {where}: is ONNX \(monai-triton convert --to onnx\), "
+                           r"which the 'torch' backend .* cannot run; pass --backend onnx"):  # fmt: skip
+            op.start()
 
 
 @pytest.mark.slow

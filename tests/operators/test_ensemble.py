@@ -137,7 +137,7 @@ def test_a_user_function_combines_the_members_predictions(models: Path, image: I
 
 def test_bad_ensembles_are_refused_by_name_before_anything_runs(models: Path, image: Image) -> None:
     options = {"model_repository": models}
-    with pytest.raises(ModelNotFoundError, match="model 'fold9' not found in repository"):
+    with pytest.raises(ModelNotFoundError, match=r"ensemble member 'fold9' is not in the models folder '.*' \(models"):
         run_app(image, ensemble=Ensemble(["fold0", "fold9"]), backend_options=options)
     with pytest.raises(
         ConfigError, match="ensemble member 'two_channels' gives 2 output channels, member 'fold0' gives 3"
@@ -147,6 +147,11 @@ def test_bad_ensembles_are_refused_by_name_before_anything_runs(models: Path, im
         run_app(image, ensemble=Ensemble(["fold0", "fold1"], weights=(1,)), backend_options=options)
     with pytest.raises(ConfigError, match="mirror axes are spatial axes counted from 0"):
         run_app(image, ensemble=Ensemble(["fold0"], mirror_axes=(-1,)), backend_options=options)
+    volume = "grpc://127.0.0.1:9?mode=volume"  # refused at start, before anything connects (nothing listens on 9)
+    tta = Ensemble([Member("fold0", backend=volume)], mirror_axes=(0,))
+    for ensemble in (tta, Ensemble(["fold0", Member("fold1", backend=volume)])):
+        with pytest.raises(ConfigError, match=r"ensemble member 'fold\d': mode=volume sends the whole image"):
+            run_app(image, ensemble=ensemble, backend_options=options)
     with pytest.raises(UsageError, match=r"mirror axes \[3\] are outside the 3 spatial axes"):
         with create_backend("torch", "fold0", model_repository=models) as backend:
             EnsemblePredictor([backend], flips=((3,),))(torch.zeros(1, 1, 8, 8, 8))

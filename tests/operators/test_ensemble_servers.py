@@ -152,3 +152,36 @@ def test_inference_operators_side_by_side_under_holoscans_parallel_schedulers(
     graph.run()
     for name, model in (("a", "fold0"), ("b", "fold0"), ("c", "fold1"), ("d", "fold0")):
         np.testing.assert_array_equal(graph.labels(name), torch_labels(plain, image, (model,), ((),)), err_msg=name)
+
+
+def test_an_ensemble_of_bundle_folds_over_grpc_gives_torchs_labels(
+    served: tuple[Path, Path, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Folds of one bundle whose networks are the served ``fold0`` and ``fold1``: the bundles give the pre- and
+    post-processing here, the server the networks; with mirroring, as on torch."""
+    from monai.deploy.core import IOType
+    from monai.deploy.operators.monai_bundle_inference_operator import IOMapping
+
+    from ..bundles.makers import LABELS_POST, ct_image, fold_bundle
+    from .test_ensemble_bundles import run
+
+    monkeypatch.setenv("MONAI_TRITON_CACHE", str(tmp_path / "cache"))  # torch's models, built from the bundles
+    for seed, name in enumerate(NAMES):
+        fold_bundle(tmp_path / "models" / name, seed, postprocessing=LABELS_POST)
+    _, _, server = served
+    mapping = {
+        "input_mapping": [IOMapping("image", Image, IOType.IN_MEMORY)],
+        "output_mapping": [IOMapping("pred", Image, IOType.IN_MEMORY)],
+    }
+    labels = {
+        backend: run(
+            EnsembleInferenceOperator(
+                Application(), ensemble=Ensemble(NAMES, mirror_axes=(2,)), backend=backend,
+                model_path=tmp_path / "models", **mapping,
+            ),
+            ct_image((32, 32, 32)),
+        ).asnumpy()
+        for backend in ("torch", server.grpc_url)
+    }  # fmt: skip
+    assert len(np.unique(labels["torch"])) > 1
+    np.testing.assert_array_equal(labels[server.grpc_url], labels["torch"])

@@ -9,7 +9,7 @@ import pytest
 from monai_triton_ops.cli import main
 from monai_triton_ops.repository.builder import build_repository
 
-from ..bundles.makers import unet_bundle
+from ..bundles.makers import fold_bundle, resampled, unet_bundle
 from ..conftest import UNET_META, nd_format, save_model
 from ..operators.test_ensemble import unet
 
@@ -62,3 +62,18 @@ def test_repo_describe_an_ensemble_says_whether_its_members_fit(
     assert "ensemble members predict different channels: 'fold0' 3, 'two_channels' 2" in err
     assert main(["repo", "describe", str(models), "--ensemble", "fold0,fold9"]) == 2
     assert "ensemble member(s) ['fold9'] not in models folder" in capsys.readouterr().err
+
+
+def test_repo_describe_an_ensemble_of_bundles_compares_their_configs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bundle members share the first's pre-processing, inferer and post-processing: configs that differ are refused."""
+    fold_bundle(tmp_path / "fold0", 0)
+    fold_bundle(tmp_path / "fold1", 1)
+    fold_bundle(tmp_path / "fold3", 3, preprocessing=resampled([2.0, 2.0, 2.0]))
+    assert main(["repo", "describe", str(tmp_path), "--ensemble", "fold0,fold1"]) == 0
+    assert "3 output channels each; one pre-processing, inferer and post-processing" in capsys.readouterr().out
+    assert main(["repo", "describe", str(tmp_path), "--ensemble", "fold0,fold3"]) == 2
+    err = capsys.readouterr().err
+    assert "ensemble member 'fold3' has [2.0, 2.0, 2.0] as item 'preprocessing#transforms#3#pixdim'" in err
+    assert "member 'fold0' has [1.5, 1.5, 2.0]" in err

@@ -14,7 +14,8 @@ while ``retries`` and the deadline allow; an error the model reported, or the de
 ``fallback=torch`` a request no server can take runs in this process (``fallback.py``).
 
 ``close(timeout_s=T)`` waits up to T for the requests in flight (the contract's), then abandons the rest at once:
-their calls end (``Transport.end_calls``: an HTTP worker's call is ended; gRPC's end with their channel), the
+their calls end (``Transport.end_calls``: this backend's HTTP calls on the server's pool are ended; gRPC's end with
+their channel; other models on the same server keep their calls and their connection, ``client/shared.py``), the
 shared memory regions not in use get what is left of T (at least ``REGIONS_GRACE_S``) to be unregistered, and
 those the server still holds (the abandoned requests') are unlinked and handed to the janitor. At interpreter
 exit ``exit_hook.py`` closes what is open with ``timeout_s=0``. ``docs/remote.md`` ("Work in flight at the end")
@@ -202,9 +203,10 @@ class RemoteBackend(BaseBackend):
 
     # -- requests -----------------------------------------------------------------------------------
     def _can_infer_here(self) -> bool:
-        """Over a transport any thread may use (gRPC): every attempt carries the request's time left, a backoff
-        or a fallback keeps its deadline too, and ``close()`` closes the channels and cancels the request, so
-        ``infer()`` runs on the caller's thread, failover included. HTTP clients are the pool's threads'."""
+        """Over a transport any thread may use (gRPC; HTTP, whose calls run on the server's connection pool): every
+        attempt carries the request's time left, a backoff or a fallback keeps its deadline too, and ``close()``
+        ends this backend's calls and cancels the request, so ``infer()`` runs on the caller's thread, failover
+        included."""
         return self._any_thread
 
     def _infer(self, request: InferRequest) -> Outputs:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -54,6 +55,18 @@ logger = logging.getLogger(__name__)
 
 #: Statuses after which a request goes to another server: the server, not the request, failed.
 FAILOVER = frozenset({Status.UNAVAILABLE, Status.MODEL_DOWN})
+
+#: One round-robin turn per set of origins, shared by every fleet over them in this process. An ensemble's members
+#: (one backend each) send a window batch's requests together; turns of their own advance in step, so every
+#: member's request went to the same server (measured: 4 of 5 on one, benchmarks/bench_ensemble.py).
+_TURNS: dict[tuple[Endpoint, ...], itertools.count[int]] = {}
+_TURNS_LOCK = threading.Lock()
+
+
+def shared_turn(origins: Sequence[Endpoint]) -> itertools.count[int]:
+    """The round-robin counter of every fleet over ``origins`` in this process (made by the first)."""
+    with _TURNS_LOCK:
+        return _TURNS.setdefault(tuple(origins), itertools.count())
 
 
 #: Reads a ready server's model instead of ``describe_model`` (whole-volume mode: ``volume.py``).
@@ -80,7 +93,7 @@ class Fleet:
         self.version = version
         self._repository = repository  # the caller's: a local config.pbtxt each server is compared with
         self._up: tuple[Server, ...] = ()  # the servers UP now, rebuilt under the lock on every change of state
-        self._turn = itertools.count()
+        self._turn = shared_turn(origins)  # the servers' turn, not this model's: see shared_turn
         self._rounds = 0
         self.signature: ModelSignature | None = None
         self._strict = True  # compare version and metadata too (not against a fallback's local signature)

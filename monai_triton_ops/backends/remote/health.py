@@ -30,10 +30,10 @@ why each is not ready, and how long it will still wait; at once, then every ``WA
 The final error names each server with its reason, so refused and loading are told apart.
 
 Probes are blocking network calls (a readiness call, a TCP connect, a signature read: seconds, for an
-address that does not answer), so :class:`Prober` runs them on a one-thread pool of its own, never on a
-request's worker nor on the process-wide deadline thread: that thread only queues a probe at its time. Each
-schedule of a server supersedes the one before (a token), so a server has one probe coming at most, and an
-earlier time (``expedite``) replaces a later one.
+address that does not answer), so :class:`Prober` runs them on a one-thread pool (one per fleet in the
+process, shared by the models on it), never on a request's worker nor on the process-wide deadline thread:
+that thread only queues a probe at its time. Each schedule of a server supersedes the one before (a token),
+so a server has one probe coming at most, and an earlier time (``expedite``) replaces a later one.
 """
 
 from __future__ import annotations
@@ -44,13 +44,15 @@ import errno
 import functools
 import logging
 import socket
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ...client.credentials import Credentials
 from ...client.endpoints import Address, Endpoint
+from ...client.shared import Shared
 from ...client.status import CallError, Status, to_public
 from ...client.tls import check_handshake
 from ...client.transports.base import Transport
@@ -302,11 +304,18 @@ class Server:
 
 
 class Prober:
-    """Runs ``probe(server)`` for servers at their time, one at a time, on a thread of its own."""
+    """Runs ``probe(server)`` for servers at their time, one at a time, on a probing thread.
 
-    def __init__(self, name: str, probe: Callable[[Server], None]) -> None:
+    The thread is shared by every prober of the same ``share`` key (the fleet's servers and how they are spoken
+    to: ``members.py``): the models of one process on one fleet probe on one thread, not one each. Once ``stop``
+    is called this prober runs nothing more; the key's last prober stops the thread."""
+
+    def __init__(self, name: str, probe: Callable[[Server], None], *, share: Hashable | None = None) -> None:
         self._probe = probe
-        self._workers = Workers(name, 1)
+        self._key: Hashable = share if share is not None else object()  # no key: a thread of its own
+        self._workers = PROBING.acquire(self._key, lambda: Workers(name, 1))
+        self._stopped = False
+        self._stop_lock = threading.Lock()
 
     def schedule(self, server: Server, delay_s: float) -> None:
         """Probe ``server`` in ``delay_s`` (replacing any probe already scheduled). Call under the fleet's lock."""
@@ -321,21 +330,35 @@ class Prober:
 
     def _queue(self, server: Server, token: int) -> None:
         """On the deadline thread: only a queue put (a superseded schedule does nothing)."""
-        if token != server.probe_token:
+        if token != server.probe_token or self._stopped:
             return
         with contextlib.suppress(CallError):  # closing
             self._workers.submit(self._run, (server, token))
 
     def _run(self, job: tuple[Server, int]) -> None:
         server, token = job
-        if token == server.probe_token:
+        if token == server.probe_token and not self._stopped:
             server.probe_at = None
             self._probe(server)
 
     def submit(self, job: Callable[[], None]) -> None:
         """Another job for the probing thread (resolving names again); refused quietly once stopped."""
+        if self._stopped:
+            return
         with contextlib.suppress(CallError):  # closing
-            self._workers.submit(lambda _: job(), None)
+            self._workers.submit(lambda _: None if self._stopped else job(), None)
 
     def stop(self) -> None:
-        self._workers.stop(join_timeout_s=JOIN_TIMEOUT_S)
+        """Nothing more runs for this prober; the last one of its key stops the thread. Idempotent."""
+        with self._stop_lock:
+            stopped, self._stopped = self._stopped, True
+        if not stopped:
+            PROBING.release(self._key)
+
+
+def _stop_thread(workers: Workers) -> None:
+    workers.stop(join_timeout_s=JOIN_TIMEOUT_S)
+
+
+#: The probing threads of this process, one per fleet (``client/shared.py``).
+PROBING: Shared[Workers] = Shared("probing thread", _stop_thread)

@@ -62,7 +62,9 @@ class Members:
         self._changed = changed
         self.lock = threading.Lock()
         self.all: list[Server] = []  # changed in place only
-        self.prober = Prober(f"probe-{model}", probe)
+        # One probing thread per fleet in this process, whichever models it serves (health.Prober).
+        share = ("probe", tuple(o.url for o in self._origins), settings)
+        self.prober = Prober(f"probe-{','.join(o.address for o in self._origins)}", probe, share=share)
         self.closed = False
         self._names = any(is_name(o) for o in self._origins)  # resolved again from time to time
         self._resolve_at = 0.0

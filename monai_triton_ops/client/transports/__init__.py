@@ -4,7 +4,8 @@
                     memory requests, and TransportSettings (made once from the options)
     grpc.py         gRPC: one thread-safe channel of our own, blocking calls, a deadline on each
     grpc_wire.py    a gRPC inference request written as bytes, its tensors not through protobuf's serializer
-    http.py         HTTP: clients per worker thread (gevent is not thread-safe), geventhttpclient for inference
+    http.py         HTTP: one connection pool per server in the process, clients per pool thread (gevent is not
+                    thread-safe), geventhttpclient for inference
     http_wire.py    an HTTP inference request's body written, and its response read
     codec.py        the one tensor codec: a caller's array as the wire takes it, wire bytes as numpy
     tls.py          what gRPC and HTTP are given for TLS; a handshake that says what TLS failure it is
@@ -24,8 +25,9 @@ from .base import Transport, TransportSettings
 
 
 def connect(endpoint: Endpoint, settings: TransportSettings, workers: Workers, *, balanced: bool = False) -> Transport:
-    """The transport for ``endpoint``, by its scheme: gRPC shares one thread-safe channel, HTTP has clients per worker
-    thread (``workers``' threads own them).
+    """The transport for ``endpoint``, by its scheme: gRPC has one thread-safe channel (the process's channels to one
+    server share its connection), HTTP the server's connection pool, shared by every caller in the process that
+    speaks to it the same way, which grows by ``workers.count`` threads for this caller (``client/shared.py``).
 
     ``balanced``: a gRPC name with several addresses, spread by the channel's ``round_robin``.
     """

@@ -1,10 +1,16 @@
-"""The HTTP transport: one pair of HTTP clients per worker thread, made, used and closed on that thread.
+"""The HTTP transport: one connection pool per server in the process, a pair of HTTP clients per pool thread, made,
+used and closed on that thread.
 
 The clients run on gevent and are not thread-safe ("None of the methods are thread safe"): used from two
 threads, or closed on another thread, they fail with greenlet errors, hang, or leak their sockets and the
-thread's gevent hub. So every call runs on a worker of the backend's pool (``workers.py``) with that worker's
-own clients: inference is already there, and a control call from any other thread (open, close, statistics) is
-handed to a worker and waited for. A worker ending closes its clients and destroys its hub. A client's socket
+thread's gevent hub. So every call runs on a thread of the server's pool (``workers.py``) with that thread's
+own clients, handed there from whichever thread makes it (a backend's worker, a caller's ``infer()``, open,
+close, statistics) and waited for; a thread that ``hosts_clients`` (a prober, the janitor) runs it itself, with
+clients of its own. The pool is the process's for that server, address, TLS material and headers
+(``client/shared.py``): every model there shares it, each transport is one user's view (its calls, to end at its
+close), and the last user's close stops it. It starts a thread only when a call would wait (``Workers(lazy=True)``),
+up to the sum of its users' ``max_in_flight``: as many connections as calls were ever out at once. A pool thread
+ending closes its clients and destroys its hub. A client's socket
 timeouts are fixed per client, so each call runs under a ``gevent.Timeout`` of its own deadline; after a
 timeout or a socket error the connection may be half-read, and the worker replaces its clients.
 
@@ -40,9 +46,10 @@ from tritonclient.utils import InferenceServerException
 
 from ..credentials import redact, scrub
 from ..endpoints import Endpoint
+from ..shared import Shared
 from ..status import CallError, Status, from_http_status, from_os_error
 from ..tls import http_context_factory
-from ..workers import Made, Workers
+from ..workers import JOIN_TIMEOUT_S, Made, Workers
 from .base import (
     Heads,
     Transport,
@@ -114,6 +121,9 @@ def _heads(binary: bool) -> Heads[tuple[bytes, dict[str, str]]]:
 
 class HttpTransport(Transport):
     protocol = "http"
+    #: Any thread may call: every call runs on the server's connection pool, under its deadline, and ``end_calls``
+    #: ends this user's calls there; so a backend's ``infer()`` runs on its caller's thread, one hand-off, not two.
+    any_thread = True
 
     def __init__(self, endpoint: Endpoint, settings: TransportSettings, workers: Workers) -> None:
         self.url = endpoint.url
@@ -124,8 +134,17 @@ class HttpTransport(Transport):
         self._ssl = endpoint.tls
         self._context_factory = http_context_factory(settings.credentials) if endpoint.tls else None
         self._plugin = settings.credentials.plugin(self.protocol)
-        self._workers = workers
-        self._calls: dict[int, _Call] = {}  # each worker's inference call in progress, by thread
+        # The server's one connection pool, shared by every model of this process spoken to the same way; it gains
+        # as many threads as the caller's pool has (``workers``: a backend's max_in_flight) while the caller holds it.
+        # (The headers' values too: settings compare a secret by where it came from, and a control client keeps the
+        # headers it was made with.)
+        self._key = ("http", endpoint.address, endpoint.tls, settings, tuple(sorted(self._headers.items())))
+        name = f"http-{endpoint.address}"
+        self._workers = POOLS.acquire(
+            self._key, lambda: Workers(name, workers.count, lazy=True), lambda pool: pool.grow(workers.count)
+        )
+        self._released = False
+        self._calls: dict[int, _Call] = {}  # each worker's inference call in progress for this user, by thread
         self._calls_lock = threading.Lock()
         self._ended = False  # end_calls() was called: no inference call starts any more
         workers.at_thread_exit(_destroy_hub)
@@ -161,7 +180,7 @@ class HttpTransport(Transport):
         call also ends when ``end_calls()`` is called."""
         if timeout_s <= 0:
             raise CallError(Status.DEADLINE, "the deadline passed before the call could start")
-        clients = self._workers.local(self, self._new_clients)
+        clients = self._workers.local(self._key, self._new_clients)
         with self._mapped(), self._endable() if inference else nullcontext(), gevent.Timeout(timeout_s, _Deadline):
             return fn(clients)
 
@@ -205,22 +224,22 @@ class HttpTransport(Transport):
         except CallError:
             raise
         except _Deadline as exc:
-            self._workers.discard(self)
+            self._workers.discard(self._key)
             raise CallError(Status.DEADLINE, "no answer before the deadline") from exc
         except _Ended as exc:
-            self._workers.discard(self)
+            self._workers.discard(self._key)
             raise CallError(Status.CANCELLED, "the backend closed with this call still out") from exc
         except InferenceServerException as exc:
             clean = scrub(exc)
             raise from_http_status(exc.status(), str(clean.message() or clean)) from clean
         except HTTPConnectionClosed as exc:
-            self._workers.discard(self)
+            self._workers.discard(self._key)
             clean = scrub(exc)
             raise CallError(
                 Status.UNAVAILABLE, f"the connection closed before the whole response came: {clean}"
             ) from clean
         except OSError as exc:
-            self._workers.discard(self)
+            self._workers.discard(self._key)
             clean = scrub(exc)
             raise from_os_error(clean) from clean
         except Exception as exc:
@@ -291,9 +310,22 @@ class HttpTransport(Transport):
         return sorted(str(r["name"]) for r in regions)
 
     def close(self) -> None:
-        """Inference calls still out end at once (``end_calls``); each worker closes its own client as it ends
-        (``Workers.stop``)."""
+        """This user's inference calls still out end at once (``end_calls``); the last user of the server's
+        connection pool stops it, and each of its workers closes its own clients as it ends (``Workers.stop``).
+        Idempotent."""
         self.end_calls()
+        with self._calls_lock:
+            released, self._released = self._released, True
+        if not released:
+            POOLS.release(self._key)
+
+
+def _stop_pool(pool: Workers) -> None:
+    pool.stop(join_timeout_s=JOIN_TIMEOUT_S)
+
+
+#: Every HTTP server's connection pool in this process: the threads that own its clients (``client/shared.py``).
+POOLS: Shared[Workers] = Shared("HTTP connection pool", _stop_pool)
 
 
 def _post(client: HTTPClient, path: str, body: bytes, headers: Mapping[str, str]) -> tuple[Any, Any]:

@@ -30,6 +30,7 @@ from monai_triton_ops.pipeline import Predictor
 from monai_triton_ops.server import TritonInstall
 
 from ... import triton_models
+from . import sharing
 from .conftest import Open
 from .replicas import Replica
 
@@ -139,6 +140,26 @@ def test_requests_spread_over_the_servers_and_each_servers_statistics_show_its_s
     assert counted == (10, 10)  # round robin, one at a time
     shares = {e["server"]: int(e["inference_count"]) for e in backend.statistics()["model_stats"]}
     assert set(shares) == {label(a, scheme), label(b, scheme)}
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_two_models_on_one_fleet_share_one_connection_per_server_and_close_apart(
+    fleet: tuple[Replica, Replica], scheme: str
+) -> None:
+    """Issue 37: two models of one process on a 2-server fleet, one connection (HTTP: one pool) per server and one
+    probing thread; one closed with requests in flight, the other still answers; both closed, nothing grows."""
+    a, b = fleet
+    ports = [r.server.grpc_port if scheme == "grpc" else r.server.http_port for r in fleet]
+    with create_backend(spec(scheme, a, b), "pt") as warm:  # what the process keeps (the deadline thread) starts
+        warm.submit({"INPUT__0": _X}).result(timeout=60)
+    before = sharing.counts()
+
+    def flat() -> bool:
+        grown = wait_for(lambda: all(v <= before[k] for k, v in sharing.counts().items()), 30.0)
+        assert grown, (before, sharing.counts(), sorted(t.name for t in threading.enumerate()))
+        return grown
+
+    sharing.two_models_share_and_close_apart(spec(scheme, a, b), "pt", "slow", ports, scheme, flat)
 
 
 def _labels(backend: BaseBackend, image: torch.Tensor) -> torch.Tensor:

@@ -19,6 +19,7 @@ from monai_triton_ops.server import LocalTritonServer, TritonInstall
 
 from ... import triton_models
 from ...server.conftest import wait_until
+from . import sharing
 from .conftest import Open, registered_by_us, serve, url
 
 pytestmark = pytest.mark.triton
@@ -146,4 +147,25 @@ def test_open_close_cycles_with_requests_in_flight_leave_threads_fds_and_regions
     assert all(after[key] <= before[key] for key in before if key != "regions"), (before, after, _thread_names())
     assert after["regions"] == 0
     # The janitor unregisters what the server held once it has run the abandoned requests (SLOW_S each).
+    assert wait_until(lambda: not registered_by_us(server), 30.0), registered_by_us(server)
+
+
+@pytest.mark.parametrize("scheme", ["grpc", "http"])
+def test_two_models_on_one_server_share_one_connection_and_close_apart(server: LocalTritonServer, scheme: str) -> None:
+    """Two models of one process on one server (issue 37): one connection (HTTP: one pool), one probing thread;
+    closing one with requests in flight leaves the other answering; closing both leaves threads, fds and regions as
+    they were before."""
+    port = server.grpc_port if scheme == "grpc" else server.http_port
+    spec = f"{url(server, scheme)}?max_in_flight={MAX_IN_FLIGHT}"
+    # The first run starts what the process keeps (the janitor's thread, the deadline thread): the baseline is after.
+    sharing.two_models_share_and_close_apart(spec, "ident", "slow", [port], scheme, lambda: True, fast_shape=(1, 8))
+    foreign = frozenset(_region_names())
+    before = _snapshot(foreign)
+
+    def flat() -> bool:
+        after = _settled_against(before, foreign)
+        assert all(after[key] <= before[key] for key in before if key != "regions"), (before, after, _thread_names())
+        return after["regions"] == 0
+
+    sharing.two_models_share_and_close_apart(spec, "ident", "slow", [port], scheme, flat, fast_shape=(1, 8))
     assert wait_until(lambda: not registered_by_us(server), 30.0), registered_by_us(server)

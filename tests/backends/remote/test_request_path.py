@@ -209,18 +209,18 @@ def _spy_on_sends(backend: object) -> tuple[list[threading.Thread], list[int]]:
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
-def test_infer_runs_on_the_callers_thread_over_grpc_and_on_a_worker_over_http(
+def test_infer_runs_on_the_callers_thread_and_http_calls_on_the_servers_connection_pool(
     server: LocalTritonServer, open_backend: Open, scheme: str
 ) -> None:
-    """tritonclient's HTTP client belongs to the thread that made it: HTTP requests stay on the workers."""
+    """``infer()`` sends from the caller's thread on both protocols; tritonclient's HTTP client belongs to the thread
+    that made it, so an HTTP call itself runs on the server's connection pool (one per server in the process)."""
     backend = open_backend(f"{url(server, scheme)}?shared_memory=system", "ident")
     threads, _ = _spy_on_sends(backend)
     for i in range(3):
         np.testing.assert_array_equal(backend.infer({"INPUT__0": _X * i})["OUTPUT__0"], _X * i)
-    if scheme == "grpc":
-        assert threads == [threading.current_thread()] * 3
-    else:
-        assert all(t.name.startswith("remote-ident-") for t in threads)
+    assert threads == [threading.current_thread()] * 3
+    pool = [t.name for t in threading.enumerate() if t.name.startswith(f"http-127.0.0.1:{server.http_port}-")]
+    assert len(pool) == (1 if scheme == "http" else 0), pool  # calls one at a time: one thread, one connection
 
 
 def test_inline_and_submitted_requests_share_max_in_flight(server: LocalTritonServer, open_backend: Open) -> None:

@@ -244,3 +244,13 @@ def test_an_old_transport_is_closed_once_the_last_attempt_on_it_is_given_back(ma
             thread.join(WAIT_S)
         assert server.in_flight == 0
         assert old.closed == 1
+
+
+def test_fleets_over_the_same_servers_share_one_turn(make_fleet: MakeFleet) -> None:
+    """An ensemble's members (a fleet each, over the same servers) send a window batch's requests together: turns
+    of their own went in step, every member's request to the same server; one shared turn spreads them."""
+    first, _ = make_fleet([4, 5])
+    second, _ = make_fleet([4, 5])
+    for _ in range(3):
+        batch = [first.pick(Counter()), second.pick(Counter())]
+        assert {s.label for s in batch if s is not None} == {"grpc://127.0.0.1:4", "grpc://127.0.0.1:5"}

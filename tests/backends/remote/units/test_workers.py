@@ -186,3 +186,24 @@ def test_a_call_no_worker_picks_up_fails_by_its_deadline_and_never_runs_later(
     blocking.result(WAIT_S)
     workers.submit(lambda _: None, None).result(WAIT_S)  # everything queued before it has been taken
     assert not ran
+
+
+def test_a_lazy_pool_starts_a_thread_only_for_work_that_would_wait_and_grows_its_limit() -> None:
+    """A shared HTTP connection pool: calls one after another keep one thread (one connection); concurrent calls
+    start more, up to the limit, which each model joining the pool raises."""
+    workers = Workers("units-lazy", 2, lazy=True)
+    try:
+        for i in range(20):  # the caller hears back only once the thread is counted free again
+            assert workers.call(lambda i=i: i, timeout_s=WAIT_S) == i
+        assert workers.started == 1
+        workers.grow(1)
+        assert (workers.count, workers.started) == (3, 1)
+        release = threading.Event()
+        futures = [workers.submit(lambda _: release.wait(WAIT_S), None) for _ in range(4)]
+        assert workers.started == 3  # the fourth waits for a free thread
+        release.set()
+        assert all(f.result(timeout=WAIT_S) for f in futures)
+        assert workers.started == 3
+    finally:
+        workers.stop(join_timeout_s=WAIT_S)
+    assert not threads_named("units-lazy")
