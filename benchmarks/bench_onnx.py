@@ -8,7 +8,8 @@ ONNX Runtime setting under test: ``onnx-plain`` is the exporter's graph as it is
 entry's file not rewritten either), ``onnx`` the default (the rewrites of ``repository/onnx_rewrite.py``:
 PReLU with one slope as LeakyRelu, fused into the convolution; instance norms' statistics in float64),
 ``onnx-norm32`` the default without the instance norm rewrite (ONNX Runtime's float32 statistics), and for
-a sw batch above 1 ``onnx-split`` the same session fed one window per request. Threads are pinned the same for both (``torch.set_num_threads`` and
+a sw batch above 1 ``onnx-split`` the same session fed one window per request. Threads are pinned the same for
+both (``torch.set_num_threads`` and
 ``intra_op_threads``). Rounds are interleaved: each round times every path once, the order rotated, so a slow
 spell on a shared machine hits every path alike. Prints medians (ms) and each path's ratio to ``torch``; with
 ``--profile``, where ONNX Runtime spends a window's time, by operator type (the exporter's graph and the
