@@ -13,8 +13,9 @@ import onnx
 import onnxruntime
 import pytest
 import torch
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
+from monai_triton_ops import create_backend
 from monai_triton_ops.repository.builder import build_repository
 from monai_triton_ops.repository.onnx_rewrite import rewrite_graph
 
@@ -80,11 +81,11 @@ def test_instance_norms_take_float64_statistics_and_land_within_float32_rounding
 def _norm_graph(
     scale: np.ndarray, bias: np.ndarray, *, opset: int = 17, scale_input: bool = False, epsilon: float = 1e-5
 ) -> onnx.ModelProto:
-    """``y = InstanceNormalization(x, s, b)`` on ``x`` of shape ``(N, C, L)``; ``s`` an initializer (listed as a
-    graph input too with ``scale_input``), ``b`` a ``Constant`` node."""
+    """``y = InstanceNormalization(x, s, b)`` on ``x`` of shape ``(N, C, H, W)``; ``s`` an initializer (listed as
+    a graph input too with ``scale_input``), ``b`` a ``Constant`` node."""
     elem = helper.np_dtype_to_tensor_dtype(scale.dtype)
-    x = helper.make_tensor_value_info("x", elem, ["n", scale.size, "l"])
-    y = helper.make_tensor_value_info("y", elem, ["n", scale.size, "l"])
+    x = helper.make_tensor_value_info("x", elem, ["n", scale.size, "h", "w"])
+    y = helper.make_tensor_value_info("y", elem, ["n", scale.size, "h", "w"])
     nodes = [
         helper.make_node("Constant", [], ["b"], value=numpy_helper.from_array(bias)),
         helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"], epsilon=epsilon),
@@ -101,15 +102,15 @@ def test_both_forms_of_the_reductions_and_a_constant_channel(opset: int) -> None
     assert rewrite_graph(model) == 1
     onnx.checker.check_model(model, full_check=True)
     assert ("axes" in {a.name for n in model.graph.node for a in n.attribute}) == (opset < 18)
-    x = np.random.default_rng(1).standard_normal((2, 3, 500)).astype(np.float32) * 7 + 100
+    x = np.random.default_rng(1).standard_normal((2, 3, 20, 25)).astype(np.float32) * 7 + 100
     x[1, 2] = 9.5  # a constant channel: variance 0, output exactly its bias
     x64 = x.astype(np.float64)
-    mean, var = x64.mean(axis=2, keepdims=True), x64.var(axis=2, keepdims=True)
-    exact = (x64 - mean) / np.sqrt(var + np.float32(1e-5)) * scale[:, None] + bias[:, None]
+    mean, var = x64.mean(axis=(2, 3), keepdims=True), x64.var(axis=(2, 3), keepdims=True)
+    exact = (x64 - mean) / np.sqrt(var + np.float32(1e-5)) * scale[:, None, None] + bias[:, None, None]
     y = _run(model, x)
     assert np.isfinite(y).all()
     np.testing.assert_allclose(y, exact, rtol=0, atol=TOLERANCE)
-    assert y[1, 2].tolist() == [-3.0] * 500
+    assert (y[1, 2] == -3.0).all()
 
 
 @pytest.mark.parametrize(
@@ -133,3 +134,19 @@ def test_repo_build_writes_the_rewrite_and_can_leave_it_out(exported: Path, tmp_
     model = onnx.load(str(exported))
     assert rewrite_graph(model, norm_in_float64=False) == 0
     assert _ops(model).count("InstanceNormalization") == 2
+
+
+def test_the_onnx_backend_rewrites_at_load_unless_told_not_to(exported: Path, tmp_path: Path) -> None:
+    (tmp_path / "repo" / "norms" / "1").mkdir(parents=True)
+    (tmp_path / "repo" / "norms" / "1" / "model.onnx").write_bytes(exported.read_bytes())  # by hand: as exported
+    x = (np.random.default_rng(2).standard_normal((1, 4, 32, 32, 32)) * 3 + 50).astype(np.float32)
+    with torch.inference_mode():
+        exact = TwoNorms().eval().double()(torch.from_numpy(x).double()).numpy()
+    errors = {}
+    for option in ("", "?norm_in_float64=false"):
+        with create_backend(f"onnx{option}", "norms", model_repository=tmp_path / "repo") as backend:
+            errors[option] = np.abs(np.asarray(backend.infer({"x": x})["y"]) - exact).max()
+    assert errors[""] < errors["?norm_in_float64=false"] / 3, errors
+    np.testing.assert_allclose(
+        errors["?norm_in_float64=false"], np.abs(_run(onnx.load(str(exported)), x) - exact).max()
+    )
