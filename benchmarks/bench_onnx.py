@@ -6,8 +6,9 @@ four stride-2 steps, two residual units, batch norm; random weights) at 96^3 and
 through the backends as an app does (``create_backend``): ``torch`` (TorchScript) and ``onnx`` with each
 ONNX Runtime setting under test: ``onnx-plain`` is the exporter's graph as it is (``rewrite_graph=false``, the
 entry's file not rewritten either), ``onnx`` the default (the rewrites of ``repository/onnx_rewrite.py``:
-PReLU with one slope as LeakyRelu, fused into the convolution; instance norms' statistics in float64),
-``onnx-norm32`` the default without the instance norm rewrite (ONNX Runtime's float32 statistics), and for
+PReLU with one slope as LeakyRelu, fused into the convolution; the sample's ``export_onnx.py`` also has its
+instance norms take their statistics in float64), ``onnx-norm32`` the sample without that instance norm rewrite
+(ONNX Runtime's float32 statistics; for the zoo UNet, which has none, the same graph as ``onnx``), and for
 a sw batch above 1 ``onnx-split`` the same session fed one window per request. Threads are pinned the same for
 both (``torch.set_num_threads`` and
 ``intra_op_threads``). Rounds are interleaved: each round times every path once, the order rotated, so a slow

@@ -13,8 +13,8 @@ many voxels get another label, how many voxels have a top-2 logit margin (on ``t
 also runs the DICOM series, read back with pydicom (``make_sample_data.read_dicom_series``), on ``all``. Two
 baselines on the NIfTI: each level against the first (do graph rewrites change the numbers at all?), and
 ``torch`` with one intra-op thread against ``torch`` with its default (how far summation order alone moves them).
-``onnx`` runs the export as ``repo build`` and the backend hand it over, every ``InstanceNormalization``
-taking its mean and variance in float64 (``monai_triton_ops/repository/onnx_norm.py``); then the same model
+``onnx`` runs the sample's export (``export_onnx.py``), every ``InstanceNormalization`` in it taking its mean
+and variance in float64 (``monai_triton_ops/repository/onnx_norm.py``); then the same model
 without that rewrite (ONNX Runtime's float32 statistics: the "before", 18 flipped voxels). Last, which layer:
 the UNet's two kinds, ``InstanceNorm3d`` and ``Conv3d`` (16 channels, random input of mean 5 and deviation 3),
 each exported alone and run at 32^3 and at the 96^3 window, against float64.

@@ -11,10 +11,10 @@ default), ``graph_optimization`` (``disable``, ``basic``, ``extended``, ``layout
 providers that build engines (TensorRT, OpenVINO) and ``spin`` (ONNX Runtime's thread pools busy-wait between
 steps; off by default, since a spinning pool takes the cores that the app's other threads, and a second request
 in flight, need). ``rewrite_graph`` (on by default) hands ONNX Runtime the graph after the exact rewrites of
-``repository/onnx_rewrite.py`` (PReLU with one slope as ``LeakyRelu``, which it fuses into the convolution;
-with ``norm_in_float64``, also on by default, each ``InstanceNormalization`` taking its statistics in float64 as
-torch does), made on an in-memory copy: the file is not changed. ``InferenceSession.run`` is thread-safe, so requests
-run side by side on the base's worker pool; a request past its deadline or cut off at close is stopped
+``repository/onnx_rewrite.py`` (PReLU with one slope as ``LeakyRelu``, which it fuses into the convolution; with
+``norm_in_float64=true``, off by default for its cost, also each ``InstanceNormalization`` taking its statistics in
+float64 as torch does), made on an in-memory copy: the file is not changed. ``InferenceSession.run`` is thread-safe,
+so requests run side by side on the base's worker pool; a request past its deadline or cut off at close is stopped
 through its ``RunOptions.terminate``.
 """
 
@@ -63,7 +63,7 @@ class OnnxOptions(BackendOptions):
     cache_dir: Path | None = None
     spin: bool = False
     rewrite_graph: bool = True
-    norm_in_float64: bool = True
+    norm_in_float64: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -17,7 +17,7 @@ from onnx import helper, numpy_helper
 
 from monai_triton_ops import create_backend
 from monai_triton_ops.repository.builder import build_repository
-from monai_triton_ops.repository.onnx_rewrite import rewrite_graph
+from monai_triton_ops.repository.onnx_rewrite import rewrite_file, rewrite_graph
 
 from ..onnx_models import save_onnx
 
@@ -66,7 +66,8 @@ def test_instance_norms_take_float64_statistics_and_land_within_float32_rounding
     plain = onnx.load(str(exported))
     model = onnx.load(str(exported))
     assert _ops(model).count("InstanceNormalization") == 2
-    assert rewrite_graph(model) == 2
+    assert rewrite_graph(model) == 0  # off unless asked: it costs time
+    assert rewrite_graph(model, norm_in_float64=True) == 2
     assert "InstanceNormalization" not in _ops(model)
     # The first norm's scale and bias (Constant nodes) and the second's (initializers) are folded into copies.
     assert _ops(model).count("Constant") == _ops(plain).count("Constant") - 2
@@ -75,7 +76,7 @@ def test_instance_norms_take_float64_statistics_and_land_within_float32_rounding
     before, after = np.abs(_run(plain, x) - exact).max(), np.abs(_run(model, x) - exact).max()
     assert after <= 2 * ours, f"rewritten: {after:.2g} from float64, torch {ours:.2g}, plain export {before:.2g}"
     assert after < before / 3  # ONNX Runtime's float32 sums are measurably worse on this input (~1e-5 off)
-    assert rewrite_graph(model) == 0  # nothing left to rewrite
+    assert rewrite_graph(model, norm_in_float64=True) == 0  # nothing left to rewrite
 
 
 def _norm_graph(
@@ -99,7 +100,7 @@ def _norm_graph(
 def test_both_forms_of_the_reductions_and_a_constant_channel(opset: int) -> None:
     scale, bias = np.array([2.0, -0.5, 1.0], np.float32), np.array([0.25, 1.0, -3.0], np.float32)
     model = _norm_graph(scale, bias, opset=opset)
-    assert rewrite_graph(model) == 1
+    assert rewrite_graph(model, norm_in_float64=True) == 1
     onnx.checker.check_model(model, full_check=True)
     assert ("axes" in {a.name for n in model.graph.node for a in n.attribute}) == (opset < 18)
     x = np.random.default_rng(1).standard_normal((2, 3, 20, 25)).astype(np.float32) * 7 + 100
@@ -124,29 +125,27 @@ def test_both_forms_of_the_reductions_and_a_constant_channel(opset: int) -> None
 )
 def test_other_instance_norms_are_left_alone(model: onnx.ModelProto) -> None:
     before = model.SerializeToString()
-    assert rewrite_graph(model) == 0
+    assert rewrite_graph(model, norm_in_float64=True) == 0
     assert model.SerializeToString() == before
 
 
-def test_repo_build_writes_the_rewrite_and_can_leave_it_out(exported: Path, tmp_path: Path) -> None:
+def test_repo_build_leaves_instance_norms_unless_asked(exported: Path, tmp_path: Path) -> None:
     build_repository(exported, tmp_path / "repo", "norm")
-    assert "InstanceNormalization" not in _ops(onnx.load(str(tmp_path / "repo" / "norm" / "1" / "model.onnx")))
-    model = onnx.load(str(exported))
-    assert rewrite_graph(model, norm_in_float64=False) == 0
-    assert _ops(model).count("InstanceNormalization") == 2
+    entry = tmp_path / "repo" / "norm" / "1" / "model.onnx"
+    assert _ops(onnx.load(str(entry))).count("InstanceNormalization") == 2
+    assert rewrite_file(exported, tmp_path / "norm64.onnx", norm_in_float64=True) == 2
+    assert "InstanceNormalization" not in _ops(onnx.load(str(tmp_path / "norm64.onnx")))
 
 
-def test_the_onnx_backend_rewrites_at_load_unless_told_not_to(exported: Path, tmp_path: Path) -> None:
+def test_the_onnx_backend_rewrites_at_load_when_asked(exported: Path, tmp_path: Path) -> None:
     (tmp_path / "repo" / "norms" / "1").mkdir(parents=True)
     (tmp_path / "repo" / "norms" / "1" / "model.onnx").write_bytes(exported.read_bytes())  # by hand: as exported
     x = (np.random.default_rng(2).standard_normal((1, 4, 32, 32, 32)) * 3 + 50).astype(np.float32)
     with torch.inference_mode():
         exact = TwoNorms().eval().double()(torch.from_numpy(x).double()).numpy()
     errors = {}
-    for option in ("", "?norm_in_float64=false"):
+    for option in ("?norm_in_float64=true", ""):
         with create_backend(f"onnx{option}", "norms", model_repository=tmp_path / "repo") as backend:
             errors[option] = np.abs(np.asarray(backend.infer({"x": x})["y"]) - exact).max()
-    assert errors[""] < errors["?norm_in_float64=false"] / 3, errors
-    np.testing.assert_allclose(
-        errors["?norm_in_float64=false"], np.abs(_run(onnx.load(str(exported)), x) - exact).max()
-    )
+    assert errors["?norm_in_float64=true"] < errors[""] / 3, errors
+    np.testing.assert_allclose(errors[""], np.abs(_run(onnx.load(str(exported)), x) - exact).max())
