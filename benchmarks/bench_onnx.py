@@ -5,9 +5,12 @@ Models: the sample app's UNet (the committed TorchScript, and its ONNX export by
 four stride-2 steps, two residual units, batch norm; random weights) at 96^3 and 128^3 windows. Each case runs
 through the backends as an app does (``create_backend``): ``torch`` (TorchScript) and ``onnx`` with each
 ONNX Runtime setting under test: ``onnx-plain`` is the exporter's graph as it is (``rewrite_graph=false``, the
-entry's file not rewritten either), ``onnx`` the default (the exact rewrites of ``repository/onnx_rewrite.py``:
-PReLU with one slope as LeakyRelu, fused into the convolution), and for a sw batch above 1 ``onnx-split`` the
-same session fed one window per request. Threads are pinned the same for both (``torch.set_num_threads`` and
+entry's file not rewritten either), ``onnx`` the default (the rewrites of ``repository/onnx_rewrite.py``:
+PReLU with one slope as LeakyRelu, fused into the convolution; the sample's ``export_onnx.py`` also has its
+instance norms take their statistics in float64), ``onnx-norm32`` the sample without that instance norm rewrite
+(ONNX Runtime's float32 statistics; for the zoo UNet, which has none, the same graph as ``onnx``), and for
+a sw batch above 1 ``onnx-split`` the same session fed one window per request. Threads are pinned the same for
+both (``torch.set_num_threads`` and
 ``intra_op_threads``). Rounds are interleaved: each round times every path once, the order rotated, so a slow
 spell on a shared machine hits every path alike. Prints medians (ms) and each path's ratio to ``torch``; with
 ``--profile``, where ONNX Runtime spends a window's time, by operator type (the exporter's graph and the
@@ -46,11 +49,13 @@ from monai_triton_ops import create_backend  # noqa: E402
 from monai_triton_ops.backends.base import BaseBackend  # noqa: E402
 from monai_triton_ops.pipeline import Predictor  # noqa: E402
 from monai_triton_ops.repository.builder import build_repository  # noqa: E402
+from monai_triton_ops.repository.onnx_rewrite import rewrite_file  # noqa: E402
 
 #: ONNX Runtime settings compared, besides ``torch``: label -> (repository entry suffix, backend options).
 #: ``_plain`` entries hold the exporter's graph as it is (``repo build`` would rewrite it).
 SETTINGS = {
     "onnx-plain": ("_plain", "rewrite_graph=false"),
+    "onnx-norm32": ("_norm32", "rewrite_graph=false"),
     "onnx": ("", ""),
     "onnx-extended": ("", "graph_optimization=extended"),
     "onnx-spin": ("", "spin=true"),
@@ -68,14 +73,15 @@ def zoo_unet() -> torch.nn.Module:
 
 
 def repositories(scratch: Path) -> dict[str, Path]:
-    """Per model, a repository holding it as TorchScript (``<name>_ts``), as ONNX rewritten (``<name>``) and as
-    the exporter wrote it (``<name>_plain``)."""
+    """Per model, a repository holding it as TorchScript (``<name>_ts``), as ONNX rewritten (``<name>``), as
+    the exporter wrote it (``<name>_plain``), and rewritten but for the instance norms (``<name>_norm32``)."""
     from monai.data import save_net_with_metadata
 
     repo = scratch / "repo"
     build_repository(MODEL, repo, "sample_ts")
     build_repository(export_onnx(scratch / "sample.onnx"), repo, "sample")
     plain_entry(export_onnx(scratch / "sample_plain.onnx", rewrite=False), repo, "sample_plain")
+    plain_entry(export_onnx(scratch / "sample_norm32.onnx", norm_in_float64=False), repo, "sample_norm32")
     zoo = zoo_unet().eval()
     scripted = torch.jit.script(zoo)
     meta = {"network_data_format": {"inputs": {"image": {"num_channels": 1, "spatial_shape": ["16*n"] * 3,
@@ -90,6 +96,8 @@ def repositories(scratch: Path) -> dict[str, Path]:
     )  # fmt: skip
     build_repository(scratch / "zoo.onnx", repo, "zoo")
     plain_entry(scratch / "zoo.onnx", repo, "zoo_plain")
+    rewrite_file(scratch / "zoo.onnx", scratch / "zoo_norm32.onnx", norm_in_float64=False)
+    plain_entry(scratch / "zoo_norm32.onnx", repo, "zoo_norm32")
     return {"sample": repo, "zoo": repo}
 
 

@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 
 CACHE_ENV = "MONAI_TRITON_CACHE"
 #: Changes when what ``build_bundle`` writes changes, so old cache entries are not reused.
-CACHE_LAYOUT = "3"  # 3: an ONNX entry holds the rewritten graph (onnx_rewrite.py)
+CACHE_LAYOUT = "4"  # 4: an ONNX entry holds the rewritten graph, instance norms included (onnx_rewrite.py)
 
 
 def model_name_of(bundle: Bundle, name: str | None = None) -> str:
