@@ -184,10 +184,25 @@ def soak(backend: str, args: argparse.Namespace, repo: Path, server: LocalTriton
         model.close(timeout_s=args.close_timeout)
         _settle(pending, result)
         del model, pending
-        result.censuses.append(Census.take(temp))
+        result.censuses.append(settled_census(temp, result.censuses[0] if result.censuses else None))
         print(f"{backend:6} {result.studies:4d} studies  {_row(result.censuses[-1])}", flush=True)
     result.seconds = time.monotonic() - started
     return result
+
+
+def settled_census(temp: Path, first: Census | None, timeout_s: float = 10.0) -> Census:
+    """A census once no count is above the first cycle's, else the last one after ``timeout_s``.
+
+    A closed backend's worker thread may still be on its way out when close() has returned (its request is
+    answered, the thread not yet gone): a leak stays past the wait and is counted; a thread ending is not.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        census = Census.take(temp)
+        grown = first is not None and any(getattr(census, name) > getattr(first, name) for name in EXACT)
+        if not grown or time.monotonic() >= deadline:
+            return census
+        time.sleep(0.2)
 
 
 def _settle(pending: list[Future[Any]], result: Soak) -> None:
