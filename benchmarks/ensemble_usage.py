@@ -23,24 +23,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.proc_table import TICK, processes
 from monai_triton_ops.backends.base import BaseBackend
-
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _processes() -> dict[int, tuple[int, float]]:
-    """``pid -> (parent pid, CPU seconds)`` of every process we can read."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:  # ended meanwhile
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        found[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK)
-    return found
 
 
 def _machine_busy_s() -> tuple[float, float]:
@@ -62,7 +46,7 @@ class Usage:
     @classmethod
     def take(cls, servers: Sequence[int]) -> Usage:
         """Now, for this process, its stubs, and each server (a pid) with its children."""
-        found, me = _processes(), os.getpid()
+        found, me = processes(), os.getpid()
         groups = {"client": found.get(me, (0, 0.0))[1]}
         groups["stubs"] = sum(cpu for pid, (parent, cpu) in found.items() if parent == me and pid not in servers)
         for index, pid in enumerate(servers):
@@ -123,7 +107,7 @@ def served(backends: Iterable[BaseBackend]) -> dict[str, int]:
 def pin(pid: int, cores: set[int]) -> int:
     """Every thread of ``pid`` and of its children on ``cores`` (a server and its stubs); returns threads pinned."""
     pinned = 0
-    family = [pid, *(child for child, (parent, _) in _processes().items() if parent == pid)]
+    family = [pid, *(child for child, (parent, _) in processes().items() if parent == pid)]
     for member in family:
         for task in os.listdir(f"/proc/{member}/task"):
             try:

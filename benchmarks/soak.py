@@ -46,6 +46,7 @@ from monai_triton_ops.console import configure, prepare_process  # noqa: E402
 prepare_process(restart=True)  # Holoscan's 32 MiB stacks, before MONAI imports it, as every entry point does
 configure("WARN")
 
+from benchmarks.proc_table import descendants  # noqa: E402
 from monai_triton_ops import create_backend  # noqa: E402
 from monai_triton_ops.pipeline import InferenceSettings, run_inference  # noqa: E402
 from monai_triton_ops.server import LocalTritonServer  # noqa: E402
@@ -79,26 +80,6 @@ class Census:
             temp=len(os.listdir(temp)),
             rss_mb=_rss_mb(),
         )
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (children, their children...), from /proc."""
-    parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:  # ended meanwhile
-            continue
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        parents.setdefault(parent, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 #: Where POSIX shared memory lives (read only here: counted, never created).
