@@ -11,10 +11,13 @@ The images that go with them carry the metadata the App SDK's loaders give.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 from monai.deploy.core import Image
 from monai.networks.nets import UNet
@@ -244,3 +247,13 @@ def rgb_image(shape: tuple[int, int] = (48, 40), seed: int = 2) -> Image:
     data = rng.uniform(0, 255, (*shape, 3)).astype(np.float32)
     data[: shape[0] // 2] *= 0.3
     return Image(data, metadata={"original_channel_dim": -1, "spatial_shape": np.asarray(shape)})
+
+
+@contextmanager
+def private_bundle_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A cache of Triton models built from bundles (``MONAI_TRITON_CACHE``) of its own for the with-block: a test
+    module's bundles neither reuse nor leave entries in the user's or another module's cache."""
+    folder = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MONAI_TRITON_CACHE", str(folder))
+        yield folder

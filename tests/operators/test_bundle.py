@@ -31,7 +31,7 @@ from monai_triton_ops.repository.bundle import build_bundle, cached_repository
 from monai_triton_ops.server import LocalTritonServer, find_tritonserver
 
 from ..bundles.classify import CLASSES, classify_bundle, monai_alone, png_images
-from ..bundles.makers import ct_image, rgb_bundle, rgb_image, unet_bundle
+from ..bundles.makers import ct_image, private_bundle_cache, rgb_bundle, rgb_image, unet_bundle
 
 FORMS = ("ts", "pt", "archive")
 MAPPING: dict[str, Any] = {
@@ -64,9 +64,7 @@ def fragment() -> Application:
 @pytest.fixture(scope="module", autouse=True)
 def bundle_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The in-process backend's cache of Triton models built from bundles, private to this module."""
-    folder = tmp_path_factory.mktemp("cache")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MONAI_TRITON_CACHE", str(folder))
+    with private_bundle_cache(tmp_path_factory) as folder:
         yield folder
 
 

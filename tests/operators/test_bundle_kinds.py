@@ -33,6 +33,7 @@ from monai_triton_ops.repository.bundle import build_bundle, check_bundle, descr
 from monai_triton_ops.server import LocalTritonServer, find_tritonserver
 
 from ..bundles.heads import detection_maker, heads_bundle, run_with_monai, volume
+from ..bundles.makers import private_bundle_cache
 
 KEYS = ("heads", "detect")
 OUTPUTS: dict[str, list[Any]] = {
@@ -57,9 +58,7 @@ class Ports:
 
 @pytest.fixture(scope="module", autouse=True)
 def bundle_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    folder = tmp_path_factory.mktemp("cache")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MONAI_TRITON_CACHE", str(folder))
+    with private_bundle_cache(tmp_path_factory) as folder:
         yield folder
 
 

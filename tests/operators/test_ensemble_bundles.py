@@ -23,7 +23,7 @@ from monai_triton_ops import Ensemble, EnsembleInferenceOperator, InferenceOpera
 from monai_triton_ops.errors import BundleError, ConfigError, ModelNotFoundError
 
 from ..bundles.heads import heads_bundle
-from ..bundles.makers import ct_image, fold_bundle, resampled
+from ..bundles.makers import ct_image, fold_bundle, private_bundle_cache, resampled
 from .test_bundle import MAPPING, Ports
 
 FOLDS = ["fold0", "fold1", "fold2"]
@@ -35,9 +35,7 @@ SCORES: dict[str, Any] = {**MAPPING, "output_mapping": [IOMapping("pred", np.nda
 @pytest.fixture(scope="module", autouse=True)
 def bundle_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The cache of Triton models built from bundles (the torch backend loads from it), private to this module."""
-    folder = tmp_path_factory.mktemp("cache")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MONAI_TRITON_CACHE", str(folder))
+    with private_bundle_cache(tmp_path_factory) as folder:
         yield folder
 
 
